@@ -1,0 +1,37 @@
+"""Exceptions raised by stores.
+
+Every error names the table and the parameter at fault, and is raised before
+any state changes (spec/contract.md, CON-4).  The classes subclass the
+built-in exception a Python user would catch anyway (ValueError, TypeError,
+RuntimeError, FileNotFoundError), so mxRec-style ``except ValueError`` code
+keeps working.
+"""
+
+
+class MxrecError(Exception):
+    """Base class of every mxrec-ref error."""
+
+
+class ConfigError(MxrecError, ValueError):
+    """A table or optimizer configuration is invalid (spec/config.md)."""
+
+
+class KeyInputError(MxrecError, TypeError):
+    """Keys of the wrong type, dtype or range (spec/contract.md, CON-2)."""
+
+
+class GradientError(MxrecError, ValueError):
+    """Gradient rows of the wrong shape or with non-finite values (OPT-2)."""
+
+
+class CapacityError(MxrecError, RuntimeError):
+    """A fixed-capacity table would overflow (spec/expansion.md, EXP-3)."""
+
+
+class CheckpointError(MxrecError, ValueError):
+    """A checkpoint is missing, malformed or does not match the table (CKPT-*)."""
+
+
+class UsageError(MxrecError, ValueError):
+    """A call that is valid in form but not in this store's state (e.g. evict on
+    a table without eviction, mixing step and timestamp clocks)."""

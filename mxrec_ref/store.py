@@ -1,0 +1,383 @@
+"""The store contract: one shard of one sparse table (spec/contract.md).
+
+``Store`` is the interface every backend implements: the reference model
+(``mxrec_ref.ref``, the oracle) and the Cython fast path (``mxrec_ref.fast``).
+This module holds what is *not* model logic and must be identical in every
+backend: argument validation (so a bad call fails the same way, before any
+state changes), the result and state records, the per-store lock, and
+checkpoint I/O, which goes through ``export`` and ``_import_state`` so one
+on-disk format serves every backend.
+
+Backends implement the ``_``-prefixed hooks; they receive validated arguments
+only.
+"""
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .config import TableConfig
+from .errors import GradientError, KeyInputError, UsageError
+from .optimizers import SGD, SparseOptimizer
+
+PADDING_KEY = -1
+
+# The statistics every backend reports, in this order (spec/stats.md, STAT-1).
+STAT_NAMES = (
+    "size",                # keys holding a row now
+    "capacity",            # rows the table can hold now
+    "pending",             # keys seen in training but not admitted yet
+    "train_lookups",
+    "eval_lookups",
+    "key_positions",       # positions looked up, padding excluded
+    "padding_positions",   # positions holding the padding key -1
+    "default_positions",   # non-padding positions answered with the default value
+    "admitted",            # keys admitted (rows created) since the store opened
+    "evicted",             # admitted keys evicted
+    "evicted_pending",     # non-admitted keys dropped from the history by eviction
+    "growths",             # capacity expansions
+    "grad_applies",
+    "grad_rows_applied",
+    "grad_rows_dropped",   # gradient rows of keys without a row (not admitted, padding, evicted)
+)
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """What ``lookup`` returns (LKP-1..LKP-5).
+
+    ``rows[inverse]`` is the per-position embedding, shape ``keys.shape + (dim,)``.
+    ``unique_keys`` are in order of first occurrence; with ``pad_to`` they are
+    padded with -1 (and ``rows`` with the default value) to that length.
+    """
+
+    table: str
+    unique_keys: np.ndarray  # int64 [u]
+    rows: np.ndarray         # float32 [u, dim]
+    inverse: np.ndarray      # int64, shape of the keys
+    admitted: np.ndarray     # bool [u]: the key holds a row
+    train: bool
+    n_unique: int            # distinct keys before padding
+    store_id: int = field(default=0, repr=False)
+
+    def embeddings(self) -> np.ndarray:
+        return self.rows[self.inverse]
+
+
+@dataclass(frozen=True)
+class TableState:
+    """Everything a store holds, independent of backend and row placement
+    (CON-6): admitted keys (sorted) with values, optimizer slots, counts and
+    last-seen times; the pending history of non-admitted keys (sorted); the
+    table clock.  ``export()`` returns it; checkpoints store exactly it."""
+
+    keys: np.ndarray                 # int64 [n], ascending
+    values: np.ndarray               # float32 [n, dim]
+    slots: dict[str, np.ndarray]     # slot name -> float32 [n, dim]
+    counts: np.ndarray               # int64 [n]
+    last_seen: np.ndarray            # int64 [n]
+    pending_keys: np.ndarray         # int64 [m], ascending
+    pending_counts: np.ndarray       # int64 [m]
+    pending_last_seen: np.ndarray    # int64 [m]
+    clock: int | None                # the table's time: max step or timestamp seen
+    clock_source: str | None         # "step", "timestamp" or None before the first training lookup
+
+    def equals(self, other: "TableState") -> bool:
+        """Bit-for-bit equality of every field (float compared by bit pattern)."""
+        return not self.differences(other)
+
+    def differences(self, other: "TableState") -> list[str]:
+        diffs = []
+        for name in ("keys", "counts", "last_seen", "pending_keys", "pending_counts", "pending_last_seen"):
+            if not np.array_equal(getattr(self, name), getattr(other, name)):
+                diffs.append(name)
+        if self.values.shape != other.values.shape or not np.array_equal(
+                self.values.view(np.uint32), other.values.view(np.uint32)):
+            diffs.append("values")
+        if sorted(self.slots) != sorted(other.slots):
+            diffs.append("slot names")
+        else:
+            for slot in self.slots:
+                a, b = self.slots[slot], other.slots[slot]
+                if a.shape != b.shape or not np.array_equal(a.view(np.uint32), b.view(np.uint32)):
+                    diffs.append(f"slot {slot}")
+        if (self.clock, self.clock_source) != (other.clock, other.clock_source):
+            diffs.append("clock")
+        return diffs
+
+
+class Store(ABC):
+    """One table's sparse state.  Public methods validate, take the store's
+    lock, and call the backend hook; see spec/contract.md for the rules."""
+
+    backend_name = "abstract"
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
+        if not isinstance(config, TableConfig):
+            raise TypeError(f"config must be an mxrec_ref.TableConfig, got {type(config).__name__}")
+        optimizer = SGD(learning_rate=0.01) if optimizer is None else optimizer
+        if not isinstance(optimizer, SparseOptimizer):
+            raise TypeError(f"table {config.name!r}: optimizer: must be an mxrec_ref sparse optimizer, "
+                            f"got {type(optimizer).__name__}")
+        self.config = config
+        self.optimizer = optimizer
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------- API
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def lookup(self, keys, *, train: bool = True, step: int | None = None,
+               timestamp: int | None = None, pad_to: int | None = None) -> LookupResult:
+        """Unique rows and the inverse index for ``keys`` (any shape).
+
+        A training lookup counts accesses, admits keys and creates rows; an
+        evaluation lookup changes nothing (LKP-*, ADM-*).
+        """
+        flat, shape = self._check_keys(keys)
+        train = self._check_bool("train", train)
+        if train:
+            step = self._check_time("step", step, required=True)
+            timestamp = self._check_time("timestamp", timestamp, required=False)
+        else:
+            step = self._check_time("step", step, required=False)
+            timestamp = self._check_time("timestamp", timestamp, required=False)
+        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        with self._lock:
+            return self._lookup(flat, shape, train, step, timestamp, pad_to)
+
+    def apply_gradients(self, result, grad_rows, *, step: int) -> int:
+        """Apply one gradient row per unique key with the store's optimizer.
+
+        ``result`` is a training ``LookupResult`` of this store (``grad_rows``
+        aligned with its ``unique_keys``), or an integer key array (any order,
+        duplicates summed in order of occurrence; OPT-1).  Rows of keys that
+        hold no row are dropped.  Returns the number of rows updated.
+        """
+        step = self._check_time("step", step, required=True)
+        if isinstance(result, LookupResult):
+            if result.store_id != id(self) or result.table != self.name:
+                raise UsageError(f"table {self.name!r}: result: this lookup result belongs to "
+                                 f"table {result.table!r} or to another store")
+            if not result.train:
+                raise UsageError(f"table {self.name!r}: result: an evaluation lookup has no gradient to apply")
+            keys = result.unique_keys
+            mask = result.admitted
+        else:
+            keys, _ = self._check_keys(result, parameter="keys")
+            mask = keys != PADDING_KEY
+        grads = self._check_grads(grad_rows, len(keys))
+        if not isinstance(result, LookupResult):
+            keys, grads, mask = _sum_duplicates(keys, grads, mask)
+        with self._lock:
+            return self._apply(keys, grads, mask, step)
+
+    def evict(self, now: int | None = None) -> np.ndarray:
+        """Remove every key with ``now - last_seen >= eviction_threshold``;
+        ``now`` defaults to the table clock.  Returns the removed keys, sorted."""
+        if not self.config.eviction_enabled:
+            raise UsageError(f"table {self.name!r}: eviction_threshold: eviction is not configured "
+                             f"(eviction_threshold={self.config.eviction_threshold})")
+        now = self._check_time("now", now, required=False, minimum=-(2**62))
+        with self._lock:
+            return self._evict(now)
+
+    def size(self) -> int:
+        with self._lock:
+            return self._size()
+
+    def capacity(self) -> int:
+        with self._lock:
+            return self._capacity()
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            stats = self._stats()
+        return {name: int(stats[name]) for name in STAT_NAMES}
+
+    def export(self) -> TableState:
+        with self._lock:
+            return self._export()
+
+    def save(self, directory) -> str:
+        """Write the table under ``directory/<table name>/`` (CKPT-*); returns that path."""
+        from . import checkpoint  # local: checkpoint imports this module
+
+        with self._lock:
+            return checkpoint.write_table(directory, self.config, self.optimizer, self._export())
+
+    def load(self, directory) -> None:
+        """Replace this store's state with the checkpoint's; validated in full
+        before anything changes (CKPT-5)."""
+        from . import checkpoint
+
+        state = checkpoint.read_table(directory, self.config, self.optimizer)
+        with self._lock:
+            self._check_fits(state)
+            self._import_state(state)
+
+    def row_handles(self, keys) -> np.ndarray:
+        """Row index of each key, -1 where it holds none (for tests and the TF
+        layer; placement is specified in EXP-4 so backends agree)."""
+        flat, _ = self._check_keys(keys)
+        with self._lock:
+            return self._row_handles(flat)
+
+    # ------------------------------------------------------ backend hooks
+    @abstractmethod
+    def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
+                timestamp: int | None, pad_to: int | None) -> LookupResult: ...
+
+    @abstractmethod
+    def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
+
+    @abstractmethod
+    def _evict(self, now: int | None) -> np.ndarray: ...
+
+    @abstractmethod
+    def _size(self) -> int: ...
+
+    @abstractmethod
+    def _capacity(self) -> int: ...
+
+    @abstractmethod
+    def _stats(self) -> dict[str, int]: ...
+
+    @abstractmethod
+    def _export(self) -> TableState: ...
+
+    @abstractmethod
+    def _import_state(self, state: TableState) -> None: ...
+
+    @abstractmethod
+    def _row_handles(self, keys: np.ndarray) -> np.ndarray: ...
+
+    # ------------------------------------------------- shared validation
+    def _check_fits(self, state: TableState) -> None:
+        from .errors import CapacityError
+
+        if not self.config.dynamic_expansion and len(state.keys) > self.config.device_vocabulary_size:
+            raise CapacityError(
+                f"table {self.name!r}: device_vocabulary_size: the checkpoint holds {len(state.keys)} keys "
+                f"but the table has {self.config.device_vocabulary_size} rows; raise device_vocabulary_size")
+
+    def _check_bool(self, parameter: str, value) -> bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise UsageError(f"table {self.name!r}: {parameter}: must be True or False, got {value!r}")
+        return bool(value)
+
+    def _check_time(self, parameter: str, value, *, required: bool, minimum: int = 0) -> int | None:
+        if value is None:
+            if required:
+                raise UsageError(f"table {self.name!r}: {parameter}: is required for a training call")
+            return None
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"table {self.name!r}: {parameter}: must be an integer, got {value!r}")
+        value = int(value)
+        if not minimum <= value <= 2**62:
+            raise UsageError(f"table {self.name!r}: {parameter}: must be in [{minimum}, 2**62], got {value}")
+        return value
+
+    def _check_keys(self, keys, parameter: str = "keys") -> tuple[np.ndarray, tuple]:
+        """Integer keys of any shape -> (flat int64 copy, shape) (CON-2)."""
+        array = keys if isinstance(keys, np.ndarray) else _as_array(keys)
+        if array is None or array.dtype.kind not in "iu":
+            dtype = "not an array" if array is None else array.dtype.name
+            raise KeyInputError(f"table {self.name!r}: {parameter}: must be integers "
+                                f"(the table's key_dtype is {self.config.key_dtype}), got {dtype}")
+        if array.size:
+            low, high = int(array.min()), int(array.max())
+            if array.dtype.kind == "u" and high > 2**63 - 1:
+                raise KeyInputError(f"table {self.name!r}: {parameter}: key {high} does not fit int64")
+            if low < self.config.key_min or high > self.config.key_max:
+                bad = low if low < self.config.key_min else high
+                raise KeyInputError(f"table {self.name!r}: {parameter}: key {bad} is outside the "
+                                    f"range of key_dtype {self.config.key_dtype}")
+        flat = np.ascontiguousarray(array.reshape(-1), dtype=np.int64)
+        if flat is array or (isinstance(keys, np.ndarray) and np.shares_memory(flat, keys)):
+            flat = flat.copy()  # the store never keeps a reference to caller memory
+        return flat, array.shape
+
+    def _check_grads(self, grad_rows, n: int) -> np.ndarray:
+        array = _as_array(grad_rows)
+        if array is None or array.dtype.kind not in "fiu":
+            raise GradientError(f"table {self.name!r}: grad_rows: must be a float array, got "
+                                f"{'not an array' if array is None else array.dtype.name}")
+        if array.shape != (n, self.config.dim):
+            raise GradientError(f"table {self.name!r}: grad_rows: shape must be ({n}, {self.config.dim}) "
+                                f"(one row per key, dim {self.config.dim}), got {array.shape}")
+        grads = np.array(array, dtype=np.float32, order="C", copy=True)
+        if not np.all(np.isfinite(grads)):
+            bad = int(np.flatnonzero(~np.all(np.isfinite(grads), axis=1))[0])
+            raise GradientError(f"table {self.name!r}: grad_rows: row {bad} holds NaN or Inf "
+                                f"(nothing was applied)")
+        return grads
+
+
+def _as_array(value) -> np.ndarray | None:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and callable(value.numpy):  # eager tf.Tensor
+        return np.asarray(value.numpy())
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    if array.dtype == object:
+        return None
+    if array.size == 0 and array.dtype.kind == "f" and not isinstance(value, np.ndarray):
+        return array.astype(np.int64)  # [] from a Python list: an empty key batch
+    return array
+
+
+def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
+    """Merge repeated keys, summing their rows in order of occurrence (OPT-1)."""
+    if keys.size == 0:
+        return keys, grads, mask
+    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")          # unique keys by first occurrence
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    slot = rank[inverse]
+    summed = np.zeros((order.size, grads.shape[1]), dtype=np.float32)
+    np.add.at(summed, slot, grads)                     # sequential in position order
+    return unique[order], summed, unique[order] != PADDING_KEY
+
+
+# ------------------------------------------------------------- backends
+_BACKENDS: dict[str, Callable[..., Store]] = {}
+
+
+def register_backend(name: str, factory: Callable[..., Store]) -> None:
+    _BACKENDS[name] = factory
+
+
+def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *, backend: str = "ref") -> Store:
+    """A new, empty store for ``config`` on the named backend ("ref" or "fast")."""
+    if backend not in _BACKENDS:
+        _load_builtin_backends()
+    if backend not in _BACKENDS:
+        raise ValueError(f"table {getattr(config, 'name', '?')!r}: backend: unknown backend {backend!r} "
+                         f"(available: {sorted(_BACKENDS)})")
+    return _BACKENDS[backend](config, optimizer)
+
+
+def available_backends() -> list[str]:
+    _load_builtin_backends()
+    return sorted(_BACKENDS)
+
+
+def _load_builtin_backends() -> None:
+    from .ref import RefStore
+
+    register_backend("ref", RefStore)
+    try:
+        from .fast import FastStore
+    except ImportError:  # extension not built: only the reference is available
+        return
+    register_backend("fast", FastStore)
