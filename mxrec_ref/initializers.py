@@ -31,7 +31,8 @@ def uniform_bits(seed: int, keys: np.ndarray, dim: int, attempt: int = 0, stream
     """Uniform doubles in [0, 1), shape [len(keys), dim], 53 bits each."""
     keys_u = keys.astype(np.int64).view(np.uint64)[:, None]
     cols = np.arange(dim, dtype=np.uint64)[None, :]
-    base = np.uint64(seed) * _GOLDEN + np.uint64(attempt) * _ATTEMPT_STRIDE + np.uint64(stream)
+    # Python integers, reduced mod 2**64: numpy warns on scalar uint64 overflow.
+    base = np.uint64((seed * int(_GOLDEN) + attempt * int(_ATTEMPT_STRIDE) + stream) % 2**64)
     counter = base + keys_u * _KEY_STRIDE + cols * _GOLDEN
     return (_mix64(_mix64(counter)) >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
 

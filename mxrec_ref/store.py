@@ -133,13 +133,17 @@ class Store(ABC):
         return self.config.name
 
     def lookup(self, keys, *, train: bool = True, step: int | None = None,
-               timestamp: int | None = None, pad_to: int | None = None) -> LookupResult:
+               timestamp: int | None = None, pad_to: int | None = None, counts=None) -> LookupResult:
         """Unique rows and the inverse index for ``keys`` (any shape).
 
         A training lookup counts accesses, admits keys and creates rows; an
-        evaluation lookup changes nothing (LKP-*, ADM-*).
+        evaluation lookup changes nothing (LKP-*, ADM-*).  ``counts`` (same
+        shape as ``keys``) gives each position an access weight instead of 1,
+        as mxRec's pre-aggregated batches do (ADM-2).
         """
         flat, shape = self._check_keys(keys)
+        if counts is not None:
+            counts = self._check_counts(counts, shape)
         train = self._check_bool("train", train)
         if train:
             step = self._check_time("step", step, required=True)
@@ -149,7 +153,7 @@ class Store(ABC):
             timestamp = self._check_time("timestamp", timestamp, required=False)
         pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
         with self._lock:
-            return self._lookup(flat, shape, train, step, timestamp, pad_to)
+            return self._lookup(flat, shape, train, step, timestamp, pad_to, counts)
 
     def apply_gradients(self, result, grad_rows, *, step: int) -> int:
         """Apply one gradient row per unique key with the store's optimizer.
@@ -231,7 +235,7 @@ class Store(ABC):
     # ------------------------------------------------------ backend hooks
     @abstractmethod
     def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
-                timestamp: int | None, pad_to: int | None) -> LookupResult: ...
+                timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult: ...
 
     @abstractmethod
     def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
@@ -302,6 +306,15 @@ class Store(ABC):
         if flat is array or (isinstance(keys, np.ndarray) and np.shares_memory(flat, keys)):
             flat = flat.copy()  # the store never keeps a reference to caller memory
         return flat, array.shape
+
+    def _check_counts(self, counts, shape: tuple) -> np.ndarray:
+        array = _as_array(counts)
+        if array is None or array.dtype.kind not in "iu" or array.shape != shape:
+            got = "not an array" if array is None else f"{array.dtype.name} {array.shape}"
+            raise KeyInputError(f"table {self.name!r}: counts: must be integers shaped like keys {shape}, got {got}")
+        if array.size and (int(array.min()) < 0 or int(array.max()) > 2**31 - 1):
+            raise KeyInputError(f"table {self.name!r}: counts: each must be in [0, 2**31-1]")
+        return np.array(array.reshape(-1), dtype=np.int64)
 
     def _check_grads(self, grad_rows, n: int) -> np.ndarray:
         array = _as_array(grad_rows)

@@ -1,0 +1,187 @@
+"""The on-disk table format, shared by every backend (spec/checkpoint.md).
+
+mxRec's sparse layout (reference section 3), one folder per table::
+
+    <dir>/<table>/key/slice.data              int64 [n] ascending keys
+    <dir>/<table>/key/slice.attribute         int64 [n, 8]
+    <dir>/<table>/embedding/slice.data        float32 [n, dim], row i belongs to key i
+    <dir>/<table>/embedding/slice.attribute   int64 [n, dim, 4]
+    <dir>/<table>/<Kind>_<slot>/slice.*       optimizer slots, same shape as embedding
+    <dir>/<table>/feat_info/slice.data        int64 [n + m, 3]: (key, count, last_seen),
+                                              the n admitted keys then the m pending ones
+    <dir>/<table>/meta.json                   table name, dim, key dtype, optimizer,
+                                              clock, format version
+
+Files are raw little-endian.  A table is written into a temporary sibling
+folder and moved into place with one rename, so a reader sees the old
+complete table or the new complete table (CKPT-4); the crash-safe manifest
+comes with issue 7.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from .config import TableConfig
+from .errors import CheckpointError
+from .optimizers import SparseOptimizer
+from .store import TableState
+
+FORMAT_VERSION = 1
+_INT64 = np.dtype("<i8")
+_FLOAT32 = np.dtype("<f4")
+
+
+def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, state: TableState) -> str:
+    root = Path(directory)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / config.name
+    temporary = root / f".{config.name}.writing-{os.getpid()}"
+    if temporary.exists():
+        shutil.rmtree(temporary)
+    temporary.mkdir()
+    n, dim = len(state.keys), config.dim
+    _write_slice(temporary / "key", state.keys.astype(_INT64), [n, 8])
+    _write_slice(temporary / "embedding", state.values.astype(_FLOAT32), [n, dim, 4])
+    for slot in optimizer.slot_names:
+        _write_slice(temporary / optimizer.checkpoint_slot_name(slot), state.slots[slot].astype(_FLOAT32),
+                     [n, dim, 4])
+    feat = np.concatenate([
+        np.stack([state.keys, state.counts, state.last_seen], axis=1).reshape(-1, 3),
+        np.stack([state.pending_keys, state.pending_counts, state.pending_last_seen], axis=1).reshape(-1, 3),
+    ]).astype(_INT64)
+    _write_slice(temporary / "feat_info", feat, [len(feat), 3, 8])
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "table": config.name,
+        "dim": dim,
+        "key_dtype": config.key_dtype,
+        "optimizer": optimizer.describe(),
+        "n_keys": n,
+        "n_pending": len(state.pending_keys),
+        "clock": state.clock,
+        "clock_source": state.clock_source,
+    }
+    (temporary / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    _replace(temporary, final)
+    return str(final)
+
+
+def read_table(directory, config: TableConfig, optimizer: SparseOptimizer) -> TableState:
+    """Read and fully validate ``config.name``'s table; raises CheckpointError
+    naming the table, the file and the problem (CKPT-5)."""
+    root = Path(directory)
+    table = config.name
+    folder = root / table
+    if not (folder / "meta.json").is_file():
+        raise CheckpointError(f"table {table!r}: directory: no table {table!r} in checkpoint {str(root)!r} "
+                              f"(tables present: {list_tables(root)})")
+    meta = _read_meta(folder, table)
+    if meta["dim"] != config.dim:
+        raise CheckpointError(f"table {table!r}: dim: the checkpoint has dim {meta['dim']}, "
+                              f"the table has dim {config.dim}")
+    saved_kind = meta["optimizer"].get("kind")
+    if saved_kind != optimizer.kind:
+        raise CheckpointError(f"table {table!r}: optimizer: the checkpoint was trained with {saved_kind!r}, "
+                              f"the store uses {optimizer.kind!r}; their slots differ")
+    n, m, dim = meta["n_keys"], meta["n_pending"], config.dim
+    keys = _read_slice(folder / "key", _INT64, [n, 8], table)
+    values = _read_slice(folder / "embedding", _FLOAT32, [n, dim, 4], table).reshape(n, dim)
+    slots = {slot: _read_slice(folder / optimizer.checkpoint_slot_name(slot), _FLOAT32, [n, dim, 4], table)
+             .reshape(n, dim) for slot in optimizer.slot_names}
+    feat = _read_slice(folder / "feat_info", _INT64, [n + m, 3, 8], table).reshape(n + m, 3)
+    if not np.array_equal(feat[:n, 0], keys):
+        _corrupt(table, folder / "feat_info", "its first keys differ from key/slice.data")
+    pending = feat[n:, 0]
+    for name, array in (("key", keys), ("feat_info", pending)):
+        if array.size > 1 and not np.all(array[1:] > array[:-1]):
+            _corrupt(table, folder / name, "keys are not strictly ascending")
+    if np.intersect1d(keys, pending).size:
+        _corrupt(table, folder / "feat_info", "a key is both admitted and pending")
+    all_keys = feat[:, 0]
+    if all_keys.size and (all_keys.min() < config.key_min or all_keys.max() > config.key_max):
+        bad = int(all_keys.min() if all_keys.min() < config.key_min else all_keys.max())
+        raise CheckpointError(f"table {table!r}: key_dtype: checkpoint key {bad} does not fit the table's "
+                              f"key_dtype {config.key_dtype}")
+    if (feat[:, 1] < 0).any():
+        _corrupt(table, folder / "feat_info", "a count is negative")
+    clock, source = meta["clock"], meta["clock_source"]
+    if source not in (None, "step", "timestamp") or (clock is None) != (source is None):
+        _corrupt(table, folder / "meta.json", f"clock {clock!r} / clock_source {source!r} are inconsistent")
+    return TableState(
+        keys=keys, values=values, slots=slots,
+        counts=feat[:n, 1].copy(), last_seen=feat[:n, 2].copy(),
+        pending_keys=pending.copy(), pending_counts=feat[n:, 1].copy(), pending_last_seen=feat[n:, 2].copy(),
+        clock=None if clock is None else int(clock), clock_source=source,
+    )
+
+
+def list_tables(directory) -> list[str]:
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file() and not p.name.startswith("."))
+
+
+# ------------------------------------------------------------------ files
+def _write_slice(folder: Path, data: np.ndarray, attribute: list[int]) -> None:
+    folder.mkdir()
+    with open(folder / "slice.data", "wb") as f:
+        f.write(np.ascontiguousarray(data).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    np.asarray(attribute, dtype=_INT64).tofile(folder / "slice.attribute")
+
+
+def _read_slice(folder: Path, dtype: np.dtype, attribute: list[int], table: str) -> np.ndarray:
+    data_path, attr_path = folder / "slice.data", folder / "slice.attribute"
+    for path in (data_path, attr_path):
+        if not path.is_file():
+            _corrupt(table, path, "file is missing")
+    saved_attribute = np.fromfile(attr_path, dtype=_INT64).tolist()
+    if saved_attribute != attribute:
+        _corrupt(table, attr_path, f"attribute {saved_attribute} does not match the expected {attribute}")
+    expected_bytes = int(np.prod(attribute[:-1])) * dtype.itemsize
+    if data_path.stat().st_size != expected_bytes:
+        _corrupt(table, data_path, f"holds {data_path.stat().st_size} bytes, expected {expected_bytes}")
+    return np.fromfile(data_path, dtype=dtype).astype(dtype.newbyteorder("="))
+
+
+def _read_meta(folder: Path, table: str) -> dict:
+    path = folder / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        _corrupt(table, path, f"unreadable ({exc})")
+    required = ("format_version", "table", "dim", "key_dtype", "optimizer", "n_keys", "n_pending",
+                "clock", "clock_source")
+    missing = [k for k in required if k not in meta]
+    if missing:
+        _corrupt(table, path, f"fields missing: {missing}")
+    if meta["format_version"] != FORMAT_VERSION:
+        _corrupt(table, path, f"format version {meta['format_version']} is not {FORMAT_VERSION}")
+    for name in ("dim", "n_keys", "n_pending"):
+        if not isinstance(meta[name], int) or meta[name] < 0:
+            _corrupt(table, path, f"{name} must be a non-negative integer")
+    return meta
+
+
+def _corrupt(table: str, path: Path, problem: str):
+    raise CheckpointError(f"table {table!r}: checkpoint: {str(path)!r}: {problem}")
+
+
+def _replace(temporary: Path, final: Path) -> None:
+    """Swap the finished folder into place: rename the old one aside, rename
+    the new one in, delete the old one."""
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(final, old)
+    os.rename(temporary, final)
+    if old.exists():
+        shutil.rmtree(old)

@@ -1,0 +1,265 @@
+"""The reference store: plain Python dictionaries and numpy, written to be read.
+
+Every rule of spec/ is implemented here in the most direct way; speed does not
+matter.  The fast path must agree with this module after every call
+(tests/test_differential.py).  Rule ids in comments point to spec/.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import TableConfig
+from ..errors import CapacityError, UsageError
+from ..initializers import initial_rows
+from ..optimizers import SparseOptimizer
+from ..store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
+from .optimizer_math import apply_update
+
+COUNT_MAX = 2**63 - 1  # counts saturate here (ADM-7)
+
+
+class RefStore(Store):
+    backend_name = "ref"
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
+        super().__init__(config, optimizer)
+        self._reset()
+        self._counters = {name: 0 for name in STAT_NAMES}
+
+    def _reset(self) -> None:
+        dim = self.config.dim
+        self._row_of: dict[int, int] = {}       # admitted key -> row index
+        self._count: dict[int, int] = {}        # every key in the history (admitted and pending)
+        self._last_seen: dict[int, int] = {}
+        self._free_rows: list[int] = []         # LIFO stack of rows freed by eviction (EXP-4)
+        self._next_row = 0                      # rows [0, _next_row) have been handed out once
+        self._capacity_rows = self.config.device_vocabulary_size
+        self._values = np.zeros((0, dim), dtype=np.float32)
+        self._slots = {name: np.zeros((0, dim), dtype=np.float32) for name in self.optimizer.slot_names}
+        self.clock: int | None = None
+        self.clock_source: str | None = None
+
+    # -------------------------------------------------------------- lookup
+    def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        unique, inverse, occurrences = _unique_first_occurrence(keys, counts)
+        if pad_to is not None and len(unique) > pad_to:
+            raise UsageError(f"table {self.name!r}: send_count: the batch has {len(unique)} unique keys, "
+                             f"more than send_count={pad_to}; raise send_count")
+        if train:
+            admitted = self._train_lookup(unique, occurrences, step, timestamp)
+        else:
+            admitted = np.array([k in self._row_of for k in unique.tolist()], dtype=bool)
+        rows = np.empty((len(unique), self.config.dim), dtype=np.float32)
+        rows[:] = self.config.default_row()
+        for i, key in enumerate(unique.tolist()):
+            if admitted[i]:
+                rows[i] = self._values[self._row_of[key]]
+        self._count_positions(train, keys, admitted[inverse] if keys.size else np.zeros(0, bool))
+        n_unique = len(unique)
+        if pad_to is not None and pad_to > n_unique:
+            extra = pad_to - n_unique
+            unique = np.concatenate([unique, np.full(extra, PADDING_KEY, dtype=np.int64)])
+            rows = np.concatenate([rows, np.tile(self.config.default_row(), (extra, 1))])
+            admitted = np.concatenate([admitted, np.zeros(extra, dtype=bool)])
+        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
+                            n_unique, id(self))
+
+    def _train_lookup(self, unique, occurrences, step, timestamp) -> np.ndarray:
+        """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4).  All checks
+        happen before the first change."""
+        source, time = ("timestamp", timestamp) if timestamp is not None else ("step", step)
+        if self.clock_source is not None and source != self.clock_source:
+            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
+                             f"a training lookup must not switch it to the {source} (CON-5)")
+        coefficient = self.config.faae_coefficient
+        threshold = self.config.admit_threshold
+        new_counts = {}
+        to_admit = []
+        for key, n in zip(unique.tolist(), occurrences.tolist()):
+            if key == PADDING_KEY:
+                continue
+            count = min(self._count.get(key, 0) + coefficient * n, COUNT_MAX)
+            new_counts[key] = count
+            if key not in self._row_of and count >= threshold:
+                to_admit.append(key)
+        self._reserve(len(to_admit))
+
+        clock = time if self.clock is None else max(self.clock, time)
+        self.clock, self.clock_source = clock, source
+        for key, count in new_counts.items():
+            self._count[key] = count
+            self._last_seen[key] = clock
+        self._place(to_admit)
+        self._counters["train_lookups"] += 1
+        return np.array([k in self._row_of for k in unique.tolist()], dtype=bool)
+
+    def _reserve(self, n_new: int) -> None:
+        """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
+        needed = len(self._row_of) + n_new
+        if needed <= self._capacity_rows:
+            return
+        if not self.config.dynamic_expansion:
+            raise CapacityError(
+                f"table {self.name!r}: device_vocabulary_size: the batch needs {needed} rows but the table "
+                f"holds {self._capacity_rows}; raise device_vocabulary_size to at least {needed} or turn on "
+                f"dynamic expansion (nothing was changed)")
+        self._capacity_rows = max(2 * self._capacity_rows, needed)
+        self._counters["growths"] += 1
+
+    def _place(self, keys: list[int]) -> None:
+        """Give each new key a row: freed rows first (last freed first), then
+        never-used rows in ascending order (EXP-4); fill it from the
+        initializer and the optimizer's initial slot values (INIT-1, EVI-4)."""
+        if not keys:
+            return
+        rows = []
+        for key in keys:
+            if self._free_rows:
+                row = self._free_rows.pop()
+            else:
+                row = self._next_row
+                self._next_row += 1
+            self._row_of[key] = row
+            rows.append(row)
+        self._ensure_allocated(self._next_row)
+        rows = np.array(rows, dtype=np.int64)
+        self._values[rows] = initial_rows(self.config, np.array(keys, dtype=np.int64))
+        for name, value in self.optimizer.slot_initial_values().items():
+            self._slots[name][rows] = np.float32(value)
+        self._counters["admitted"] += len(keys)
+
+    def _ensure_allocated(self, n_rows: int) -> None:
+        """Physical rows are allocated as they are first used, doubling, so a
+        table declared with 10^9 rows costs nothing until keys arrive."""
+        have = self._values.shape[0]
+        if n_rows <= have:
+            return
+        new = min(max(n_rows, 2 * have, 1024), max(self._capacity_rows, n_rows))
+        self._values = _grown(self._values, new)
+        self._slots = {name: _grown(array, new) for name, array in self._slots.items()}
+
+    def _count_positions(self, train: bool, keys: np.ndarray, admitted_per_position: np.ndarray) -> None:
+        padding = int(np.count_nonzero(keys == PADDING_KEY))
+        real = keys.size - padding
+        counters = self._counters
+        if not train:
+            counters["eval_lookups"] += 1
+        counters["padding_positions"] += padding
+        counters["key_positions"] += real
+        counters["default_positions"] += real - int(np.count_nonzero(admitted_per_position))
+
+    # ----------------------------------------------------------- gradients
+    def _apply(self, keys, grads, mask, step) -> int:
+        positions, rows = [], []
+        for i, key in enumerate(keys.tolist()):
+            if mask[i] and key in self._row_of:   # re-resolved by key: evicted keys drop (OPT-2)
+                positions.append(i)
+                rows.append(self._row_of[key])
+        rows = np.array(rows, dtype=np.int64)
+        weights = self._values[rows]
+        slots = {name: array[rows] for name, array in self._slots.items()}
+        apply_update(self.optimizer, weights, slots, grads[positions], step)
+        self._values[rows] = weights
+        for name, array in slots.items():
+            self._slots[name][rows] = array
+        self._counters["grad_applies"] += 1
+        self._counters["grad_rows_applied"] += len(rows)
+        self._counters["grad_rows_dropped"] += len(keys) - len(rows)
+        return len(rows)
+
+    # ------------------------------------------------------------ eviction
+    def _evict(self, now):
+        if now is None:
+            now = self.clock
+        if now is None:
+            return np.zeros(0, dtype=np.int64)
+        threshold = self.config.eviction_threshold
+        expired = sorted(k for k, seen in self._last_seen.items() if now - seen >= threshold)
+        for key in expired:                      # ascending key order (EVI-3)
+            del self._count[key]
+            del self._last_seen[key]
+            row = self._row_of.pop(key, None)
+            if row is None:
+                self._counters["evicted_pending"] += 1
+            else:
+                self._free_rows.append(row)
+                self._counters["evicted"] += 1
+        return np.array(expired, dtype=np.int64)
+
+    # ------------------------------------------------------------- queries
+    def _size(self) -> int:
+        return len(self._row_of)
+
+    def _capacity(self) -> int:
+        return self._capacity_rows
+
+    def _stats(self):
+        stats = dict(self._counters)
+        stats["size"] = len(self._row_of)
+        stats["capacity"] = self._capacity_rows
+        stats["pending"] = len(self._count) - len(self._row_of)
+        return stats
+
+    def _row_handles(self, keys):
+        return np.array([self._row_of.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+
+    def _export(self) -> TableState:
+        keys = np.array(sorted(self._row_of), dtype=np.int64)
+        rows = np.array([self._row_of[k] for k in keys.tolist()], dtype=np.int64)
+        pending = np.array(sorted(k for k in self._count if k not in self._row_of), dtype=np.int64)
+        return TableState(
+            keys=keys,
+            values=self._values[rows].copy(),
+            slots={name: array[rows].copy() for name, array in self._slots.items()},
+            counts=np.array([self._count[k] for k in keys.tolist()], dtype=np.int64),
+            last_seen=np.array([self._last_seen[k] for k in keys.tolist()], dtype=np.int64),
+            pending_keys=pending,
+            pending_counts=np.array([self._count[k] for k in pending.tolist()], dtype=np.int64),
+            pending_last_seen=np.array([self._last_seen[k] for k in pending.tolist()], dtype=np.int64),
+            clock=self.clock,
+            clock_source=self.clock_source,
+        )
+
+    def _import_state(self, state: TableState) -> None:
+        """Loaded keys take rows 0..n-1 in ascending key order (CKPT-6)."""
+        self._reset()
+        n = len(state.keys)
+        if self.config.dynamic_expansion:
+            self._capacity_rows = max(self.config.device_vocabulary_size, n)
+        self._ensure_allocated(n)
+        self._next_row = n
+        self._values[:n] = state.values
+        for name in self._slots:
+            self._slots[name][:n] = state.slots[name]
+        for row, key in enumerate(state.keys.tolist()):
+            self._row_of[key] = row
+        for keys, counts, seen in ((state.keys, state.counts, state.last_seen),
+                                   (state.pending_keys, state.pending_counts, state.pending_last_seen)):
+            for key, count, last in zip(keys.tolist(), counts.tolist(), seen.tolist()):
+                self._count[key] = count
+                self._last_seen[key] = last
+        self.clock, self.clock_source = state.clock, state.clock_source
+
+
+def _unique_first_occurrence(keys: np.ndarray, counts: np.ndarray | None):
+    """Distinct keys in order of first occurrence, the inverse index and the
+    number of accesses of each (LKP-2, ADM-2) -- a dictionary walk, no sorting."""
+    weights = [1] * keys.size if counts is None else counts.tolist()
+    index: dict[int, int] = {}
+    inverse = np.empty(keys.size, dtype=np.int64)
+    occurrences: list[int] = []
+    for position, key in enumerate(keys.tolist()):
+        slot = index.get(key)
+        if slot is None:
+            slot = index[key] = len(occurrences)
+            occurrences.append(0)
+        occurrences[slot] += weights[position]
+        inverse[position] = slot
+    unique = np.fromiter(index.keys(), dtype=np.int64, count=len(index))
+    return unique, inverse, np.array(occurrences, dtype=np.int64)
+
+
+def _grown(array: np.ndarray, rows: int) -> np.ndarray:
+    out = np.zeros((rows, array.shape[1]), dtype=array.dtype)
+    out[: array.shape[0]] = array
+    return out
