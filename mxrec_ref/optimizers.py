@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -29,8 +30,8 @@ class SparseOptimizer:
 
     learning_rate: float = 0.001
 
-    kind = "base"
-    slot_names: tuple[str, ...] = ()
+    kind: ClassVar[str] = "base"
+    slot_names: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         lr = self.learning_rate

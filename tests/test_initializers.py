@@ -1,0 +1,60 @@
+"""Initial values (spec/initializers.md)."""
+import numpy as np
+import pytest
+
+from mxrec_ref import Adagrad, Ftrl, Initializer, LazyAdam, TableConfig, initializers
+
+from helpers import keys, make_store
+
+
+def test_init_1_first_row_independent_of_order_and_store(backend):
+    a = make_store(backend, device_vocabulary_size=16, dim=8)
+    b = make_store("ref", device_vocabulary_size=16, dim=8)
+    ra = a.lookup(keys(1, 2, 3, 2**62), step=0)
+    b.lookup(keys(5), step=0)
+    rb = b.lookup(keys(2**62, 3, 2, 1), step=1)
+    assert np.array_equal(ra.rows, rb.rows[::-1])
+
+
+def test_init_2_generator_is_a_pure_function_of_seed_key_column():
+    config = TableConfig("t", dim=3, initializer=Initializer(kind="uniform", minval=0, maxval=1, seed=7))
+    whole = initializers.initial_rows(config, keys(1, 2, 3))
+    single = initializers.initial_rows(config, keys(2))
+    assert np.array_equal(whole[1], single[0])
+    u = initializers.uniform_bits(7, keys(2), 3)
+    assert np.all((u >= 0) & (u < 1))
+    assert len(set(whole.ravel().tolist())) == 9     # columns and keys draw different numbers
+
+
+def test_init_3_kinds_and_init_param():
+    constant = TableConfig("t", dim=2, initializer=Initializer(kind="constant", value=0.5), init_param=2.0)
+    assert initializers.initial_rows(constant, keys(1, 9)).tolist() == [[1.0, 1.0]] * 2
+    uniform = TableConfig("t", dim=64, initializer=Initializer(kind="uniform", minval=-1, maxval=3))
+    u = initializers.initial_rows(uniform, np.arange(2000))
+    assert u.min() >= -1 and u.max() < 3 and abs(u.mean() - 1.0) < 0.05
+    normal = TableConfig("t", dim=64, initializer=Initializer(mean=1.0, stddev=0.5), init_param=1.0)
+    z = initializers.initial_rows(normal, np.arange(2000))
+    assert z.min() >= 1.0 - 1.0 and z.max() <= 1.0 + 1.0        # truncated at 2 stddevs
+    assert abs(z.mean() - 1.0) < 0.01
+    assert 0.40 < z.std() < 0.46                                 # 0.5 * 0.8796 for a 2-sigma truncation
+    assert z.dtype == np.float32
+
+
+def test_init_4_seeds_differ():
+    a = TableConfig("t", dim=8, initializer=Initializer(seed=1))
+    b = TableConfig("t", dim=8, initializer=Initializer(seed=2))
+    assert not np.array_equal(initializers.initial_rows(a, keys(1)), initializers.initial_rows(b, keys(1)))
+
+
+@pytest.mark.parametrize("optimizer,expected", [
+    (Adagrad(initial_accumulator_value=0.3), {"accumulator": 0.3}),
+    (LazyAdam(), {"momentum": 0.0, "velocity": 0.0}),
+    (Ftrl(initial_accumulator_value=0.2), {"accum": 0.2, "linear": 0.0}),
+])
+def test_init_5_slot_initial_values(backend, optimizer, expected):
+    store = make_store(backend, optimizer, device_vocabulary_size=4)
+    store.lookup(keys(1, 2), step=0)
+    slots = store.export().slots
+    assert sorted(slots) == sorted(expected)
+    for name, value in expected.items():
+        assert np.all(slots[name] == np.float32(value))

@@ -1,0 +1,135 @@
+"""Sparse optimizers (spec/optimizers.md)."""
+import numpy as np
+import pytest
+
+from mxrec_ref import SGD, Adagrad, Ftrl, GradientError, Initializer, LazyAdam
+
+from helpers import assert_unchanged, keys, make_store, snapshot
+
+F32 = np.float32
+
+
+def _constant_store(backend, optimizer, value=0.5, **extra):
+    extra.setdefault("device_vocabulary_size", 16)
+    return make_store(backend, optimizer, dim=3, initializer=Initializer(kind="constant", value=value), **extra)
+
+
+def test_opt_1_raw_key_duplicates_are_summed(backend):
+    store = _constant_store(backend, SGD(learning_rate=1.0))
+    store.lookup(keys(1, 2), step=0)
+    grads = np.array([[1, 0, 0], [0, 1, 0], [2, 0, 0]], dtype=np.float32)
+    assert store.apply_gradients(keys(1, 2, 1), grads, step=0) == 2
+    values = store.export().values
+    assert values[0].tolist() == [0.5 - 3, 0.5, 0.5] and values[1].tolist() == [0.5, -0.5, 0.5]
+
+
+def test_opt_2_dropped_rows(backend):
+    store = _constant_store(backend, SGD(learning_rate=1.0), access_threshold=2, eviction_threshold=1)
+    result = store.lookup(keys(1, 1, 2, -1), step=0, pad_to=4)     # 2 pending, -1 padding, one pad row
+    store.lookup(keys(1, 1), step=1)
+    store.evict()                                                   # forgets 2 (pending, last seen 0)
+    applied = store.apply_gradients(result, np.ones((4, 3)), step=1)
+    assert applied == 1
+    stats = store.stats()
+    assert (stats["grad_rows_applied"], stats["grad_rows_dropped"]) == (1, 3)
+    evicted = _constant_store(backend, SGD(learning_rate=1.0), access_threshold=1, eviction_threshold=1)
+    old = evicted.lookup(keys(5), step=0)
+    evicted.lookup(keys(6), step=1)
+    evicted.evict()
+    assert evicted.apply_gradients(old, np.ones((1, 3)), step=1) == 0
+
+
+@pytest.mark.parametrize("grads,match", [
+    (np.ones((2, 2)), "shape must be"), (np.ones(3), "shape must be"),
+    (np.array([[1, np.inf, 0]]), "NaN or Inf"), (np.array([[np.nan, 0, 0]]), "NaN or Inf"),
+    ([["a", "b", "c"]], "float array"),
+])
+def test_opt_3_bad_gradients_change_nothing(backend, grads, match):
+    store = _constant_store(backend, Adagrad())
+    result = store.lookup(keys(1), step=0)
+    before = snapshot(store)
+    with pytest.raises(GradientError, match=match):
+        store.apply_gradients(result, grads, step=0)
+    assert_unchanged(store, before)
+
+
+def _run(backend, optimizer, steps=3):
+    store = _constant_store(backend, optimizer)
+    rng = np.random.default_rng(0)
+    grads = rng.normal(size=(steps, 2, 3)).astype(np.float32)
+    for step in range(steps):
+        result = store.lookup(keys(4, 9), step=step)
+        store.apply_gradients(result, grads[step], step=step)
+    return store.export(), grads
+
+
+def test_opt_4_sgd_with_and_without_weight_decay(backend):
+    state, grads = _run(backend, SGD(learning_rate=0.1))
+    w = np.full((2, 3), 0.5, np.float32)
+    for g in grads:
+        w = w - F32(0.1) * g
+    assert np.array_equal(state.values, w)
+    state, grads = _run(backend, SGD(learning_rate=0.1, weight_decay=0.01))
+    w = np.full((2, 3), 0.5, np.float32)
+    for g in grads:
+        w = w - F32(0.1) * (g + F32(0.01) * w)
+    assert np.array_equal(state.values, w)
+
+
+def test_opt_4_adagrad_matches_tensorflow(backend):
+    """OPT-8: checked against TensorFlow's ApplyAdagrad kernel."""
+    import tensorflow as tf
+
+    state, grads = _run(backend, Adagrad(learning_rate=0.1, initial_accumulator_value=0.2))
+    var = tf.Variable(np.full((2, 3), 0.5, np.float32))
+    acc = tf.Variable(np.full((2, 3), 0.2, np.float32))
+    for g in grads:
+        tf.raw_ops.ResourceApplyAdagrad(var=var.handle, accum=acc.handle, lr=0.1, grad=g)
+    np.testing.assert_allclose(state.values, var.numpy(), rtol=2e-6)
+    np.testing.assert_allclose(state.slots["accumulator"], acc.numpy(), rtol=1e-6)
+
+
+def test_opt_5_lazy_adam_bias_correction_by_step(backend):
+    opt = LazyAdam(learning_rate=0.01, beta1=0.9, beta2=0.99, epsilon=1e-7)
+    state, grads = _run(backend, opt)
+    w = np.full((2, 3), 0.5, np.float64)
+    m = np.zeros_like(w)
+    v = np.zeros_like(w)
+    for step, g in enumerate(grads):
+        t = step + 1
+        m = 0.9 * m + 0.1 * g
+        v = 0.99 * v + 0.01 * g * g
+        w = w - 0.01 * np.sqrt(1 - 0.99**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-7)
+    np.testing.assert_allclose(state.values, w, rtol=1e-5)
+    np.testing.assert_allclose(state.slots["momentum"], m, rtol=1e-5)
+
+
+@pytest.mark.parametrize("power,l1,l2,shrink", [(-0.5, 0.0, 0.0, 0.0), (-0.5, 0.05, 0.1, 0.02),
+                                                 (-0.7, 0.01, 0.0, 0.0)])
+def test_opt_6_ftrl_matches_tensorflow(backend, power, l1, l2, shrink):
+    """OPT-8: checked against TensorFlow's ApplyFtrlV2 kernel."""
+    import tensorflow as tf
+
+    opt = Ftrl(learning_rate=0.1, learning_rate_power=power, initial_accumulator_value=0.1,
+               l1_regularization_strength=l1, l2_regularization_strength=l2,
+               l2_shrinkage_regularization_strength=shrink)
+    state, grads = _run(backend, opt)
+    var = tf.Variable(np.full((2, 3), 0.5, np.float32))
+    acc = tf.Variable(np.full((2, 3), 0.1, np.float32))
+    lin = tf.Variable(np.zeros((2, 3), np.float32))
+    for g in grads:
+        tf.raw_ops.ResourceApplyFtrlV2(var=var.handle, accum=acc.handle, linear=lin.handle, grad=g, lr=0.1,
+                                       l1=l1, l2=l2, l2_shrinkage=shrink, lr_power=power)
+    np.testing.assert_allclose(state.values, var.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(state.slots["linear"], lin.numpy(), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(state.slots["accum"], acc.numpy(), rtol=1e-6)
+
+
+def test_opt_7_float32_bit_exact_against_reference_formula(backend):
+    store = _constant_store(backend, Adagrad(learning_rate=0.3, initial_accumulator_value=0.7))
+    result = store.lookup(keys(3), step=0)
+    g = np.array([[0.1, -2.5, 1e-3]], np.float32)
+    store.apply_gradients(result, g, step=0)
+    acc = F32(0.7) + g * g
+    w = F32(0.5) - (F32(0.3) * g) / np.sqrt(acc)
+    assert store.export().values.view(np.uint32).tolist() == w.view(np.uint32).tolist()
