@@ -1,0 +1,153 @@
+"""The fast path against the reference, step by step (spec/backends.md, BE-1).
+
+A hypothesis state machine drives one reference store and one fast store
+through the same random calls -- training and evaluation lookups of dynamic
+size with duplicates, padding and extreme keys, gradient applies with every
+optimizer, evictions, growth past several rehashes, fixed-capacity overflow,
+save, load and cross-load -- and after every step asserts that the two agree
+bit for bit: results, exported state, statistics, row placement and errors.
+"""
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from mxrec_ref import MxrecError, open_store
+
+from strategies import gradients, key_batches, optimizers, table_configs
+
+
+
+def _call(store, method, *args, **kwargs):
+    """(result, None) or (None, (exception type, message))."""
+    try:
+        return getattr(store, method)(*args, **kwargs), None
+    except MxrecError as exc:
+        return None, (type(exc), str(exc))
+
+
+def _same_result(a, b):
+    assert a.unique_keys.tolist() == b.unique_keys.tolist()
+    assert a.inverse.tolist() == b.inverse.tolist()
+    assert a.admitted.tolist() == b.admitted.tolist()
+    assert a.n_unique == b.n_unique
+    assert a.rows.dtype == b.rows.dtype == np.float32
+    assert np.array_equal(a.rows.view(np.uint32), b.rows.view(np.uint32))
+
+
+class RefVersusFast(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.directory = tempfile.mkdtemp(prefix="mxrec-diff-")
+        self.step = 0
+        self.last = None       # (ref result, fast result) of the latest training lookup
+        self.saved = False
+
+    def teardown(self):
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    @initialize(config=table_configs(), optimizer=optimizers)
+    def open(self, config, optimizer):
+        self.config, self.optimizer = config, optimizer
+        self.ref = open_store(config, optimizer, backend="ref")
+        self.fast = open_store(config, optimizer, backend="fast")
+
+    def _both(self, method, *args, **kwargs):
+        a, error_a = _call(self.ref, method, *args, **kwargs)
+        b, error_b = _call(self.fast, method, *args, **kwargs)
+        assert error_a == error_b, f"{method}: ref raised {error_a}, fast raised {error_b}"
+        return a, b
+
+    def _keys(self, batch):
+        c = self.config
+        return batch[(batch >= c.key_min) & (batch <= c.key_max)]
+
+    @rule(batch=key_batches(max_size=40), advance=st.integers(0, 2), use_timestamp=st.booleans(),
+          pad=st.sampled_from([None, None, 4, 40]), weighted=st.booleans())
+    def train_lookup(self, batch, advance, use_timestamp, pad, weighted):
+        batch = self._keys(batch)
+        self.step += advance
+        counts = (np.arange(batch.size) % 3) if weighted else None
+        a, b = self._both("lookup", batch, step=self.step, timestamp=self.step * 10 if use_timestamp else None,
+                          pad_to=pad, counts=counts)
+        if a is not None:
+            _same_result(a, b)
+            self.last = (a, b)
+
+    @rule(batch=key_batches(max_size=40))
+    def eval_lookup(self, batch):
+        a, b = self._both("lookup", self._keys(batch), train=False)
+        if a is not None:
+            _same_result(a, b)
+
+    @rule(seed=st.integers(0, 2**16), bad=st.sampled_from([None, None, None, "nan", "shape"]))
+    @precondition(lambda self: self.last is not None)
+    def apply_result(self, seed, bad):
+        ra, rb = self.last
+        grads = gradients(len(ra.unique_keys), self.config.dim, seed)
+        if bad == "nan" and grads.size:
+            grads[-1, 0] = np.nan
+        if bad == "shape":
+            grads = grads[:, :0]
+        a, error_a = _call(self.ref, "apply_gradients", ra, grads, step=self.step)
+        b, error_b = _call(self.fast, "apply_gradients", rb, grads, step=self.step)
+        assert error_a == error_b
+        assert a == b
+
+    @rule(batch=key_batches(max_size=30), seed=st.integers(0, 2**16))
+    def apply_raw_keys(self, batch, seed):
+        batch = self._keys(batch)
+        a, b = self._both("apply_gradients", batch, gradients(batch.size, self.config.dim, seed), step=self.step)
+        assert a == b
+
+    @rule(offset=st.sampled_from([None, 0, 1, 3, 10]))
+    @precondition(lambda self: self.config.eviction_enabled)
+    def evict(self, offset):
+        now = None if offset is None else self.step + offset
+        a, b = self._both("evict", now)
+        assert a.tolist() == b.tolist()
+
+    @rule(growth=st.integers(20, 400))
+    def many_new_keys(self, growth):
+        """Bursts of fresh keys: rehashes in the fast map, growth or overflow."""
+        batch = np.arange(10**6 + self.step * 1000, 10**6 + self.step * 1000 + growth, dtype=np.int64)
+        batch = np.repeat(batch, 3)   # repeated so admission thresholds up to 3 admit them
+        self.step += 1
+        a, b = self._both("lookup", batch, step=self.step)
+        if a is not None:
+            _same_result(a, b)
+            self.last = (a, b)
+
+    @rule(cross=st.booleans())
+    def save_and_reload(self, cross):
+        """Save each store, then load each from its own or (cross) the other's checkpoint."""
+        self.ref.save(f"{self.directory}/ref")
+        self.fast.save(f"{self.directory}/fast")
+        ref_source, fast_source = ("fast", "ref") if cross else ("ref", "fast")
+        self.ref = open_store(self.config, self.optimizer, backend="ref")
+        self.fast = open_store(self.config, self.optimizer, backend="fast")
+        self._both("load", f"{self.directory}/{ref_source}")
+        self.fast.load(f"{self.directory}/{fast_source}")
+        self.last = None
+
+    @invariant()
+    def agree(self):
+        if not hasattr(self, "ref"):
+            return
+        diffs = self.ref.export().differences(self.fast.export())
+        assert diffs == [], f"exports differ in {diffs}"
+        assert self.ref.stats() == self.fast.stats()
+        keys = np.concatenate([self.ref.export().keys, np.array([-1, 3, 2**62], np.int64)])
+        keys = self._keys(keys)
+        assert self.ref.row_handles(keys).tolist() == self.fast.row_handles(keys).tolist()
+
+
+RefVersusFast.TestCase.settings = settings(settings.default, stateful_step_count=30)
+
+
+def test_ref_and_fast_agree_step_by_step(fast_backend):
+    """BE-1, OPT-7: bit-identical behaviour on random call sequences."""
+    RefVersusFast.TestCase("runTest").runTest()
