@@ -1,0 +1,31 @@
+# Every target sets itself up: a fresh clone needs only python3 (>= 3.10) and a C compiler.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: demo test bench ext clean
+
+demo: ext
+	$(PY) -m mxrec_ref demo
+
+test: ext
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: ext
+	$(PY) -m pytest bench -q --benchmark-only --benchmark-columns=min,median,rounds $(PYTEST_ARGS)
+
+# The Cython fast path, rebuilt in place whenever a .pyx changes (cythonize is incremental).
+ext: $(STAMP)
+	$(PY) setup.py -q build_ext --inplace
+
+$(STAMP): setup.cfg setup.py pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "setuptools>=68" wheel "Cython>=3,<4" "numpy>=2,<3"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	touch $@
+
+clean:
+	rm -rf build mxrec_ref/*.so cext/*.c .pytest_cache .hypothesis .benchmarks
