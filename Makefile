@@ -14,7 +14,9 @@ test: ext
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: ext
-	$(PY) -m pytest bench -q --benchmark-only --benchmark-columns=min,median,rounds $(PYTEST_ARGS)
+	mkdir -p .benchmarks
+	$(PY) -m pytest bench -q -p no:randomly --benchmark-only --benchmark-columns=min,median,rounds --benchmark-json=.benchmarks/latest.json $(PYTEST_ARGS)
+	$(PY) bench/ratios.py .benchmarks/latest.json
 
 # The Cython fast path, rebuilt in place whenever a .pyx changes (cythonize is incremental).
 ext: $(STAMP)

@@ -1,0 +1,6 @@
+"""Benchmarks are not tests: they time, and bench/ratios.py turns the times
+of one run into the ratios reported in bench/README.md."""
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
