@@ -18,6 +18,7 @@ import numpy as np
 
 from .config import Initializer, TableConfig
 from .optimizers import Adagrad
+from .metrics import auc
 from .store import open_store
 
 FIELD_CARDINALITIES = (1460, 583, 305, 24, 12517, 633, 93, 5683, 3194, 27, 14992, 5461)
@@ -51,25 +52,6 @@ def _zipf_ranks(rng, cardinality: int, n: int) -> np.ndarray:
     weights = 1.0 / np.arange(1, cardinality + 1) ** ZIPF_EXPONENT
     cdf = np.cumsum(weights / weights.sum())
     return np.minimum(np.searchsorted(cdf, rng.random(n)), cardinality - 1)
-
-
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """Area under the ROC curve by the rank-sum formula (ties averaged)."""
-    order = np.argsort(scores, kind="stable")
-    ranks = np.empty(len(scores))
-    sorted_scores = scores[order]
-    start = 0
-    while start < len(scores):  # average ranks over ties
-        end = start
-        while end + 1 < len(scores) and sorted_scores[end + 1] == sorted_scores[start]:
-            end += 1
-        ranks[order[start:end + 1]] = (start + end) / 2 + 1
-        start = end + 1
-    positives = labels > 0.5
-    n_pos, n_neg = positives.sum(), (~positives).sum()
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    return float((ranks[positives].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 class FactorizationMachine:

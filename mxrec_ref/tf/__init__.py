@@ -1,0 +1,24 @@
+"""The TensorFlow layer: mxRec's API on top of the store (reference section 1).
+
+Graph mode first (``tf.compat.v1`` with ``Session`` or
+``MonitoredTrainingSession``); the same calls work inside ``tf.function``.
+"""
+import tensorflow as tf
+
+from . import constants, optimizers
+from .config_initializer import ConfigInitializer, init, is_initialized, terminate_config_initializer
+from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
+from .hooks import EvictHook
+from .lookup import sparse_lookup
+from .table import SparseTable, create_table
+
+
+def get_dense_and_sparse_variable():
+    """(trainable dense variables, the tables' proxy variables) (reference 1.9)."""
+    return (tf.compat.v1.trainable_variables(),
+            tf.compat.v1.get_collection(constants.ASCEND_GLOBAL_HASHTABLE_COLLECTION))
+
+
+__all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_initializer", "FeatureSpec",
+           "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "sparse_lookup", "SparseTable",
+           "create_table", "get_dense_and_sparse_variable", "constants", "optimizers"]

@@ -1,0 +1,138 @@
+"""`FeatureSpec`, the insert function and `start_asc_pipeline` (reference 1.5, 1.6).
+
+The insert function is a ``dataset.map`` function: in the input pipeline it
+casts each table's ids to int64, flattens them and concatenates the ids of all
+feature specs of one table (sorted by spec name, as mxRec does) into one
+tensor, so the training step makes one store call per table however many
+lookups the model makes.
+"""
+from __future__ import annotations
+
+import itertools
+
+import tensorflow as tf
+
+from .config_initializer import ConfigInitializer
+from .constants import MAX_INT32
+
+MERGED_IDS_KEY = "__mxrec_ids__/{table}"
+TIMESTAMP_KEY = "__mxrec_timestamp__"
+_counter = itertools.count()
+
+
+class FeatureSpec:
+    def __init__(self, name, table_name=None, index_key=None, access_threshold=None, eviction_threshold=None,
+                 is_timestamp=None, batch_size=None, faae_coefficient=1):
+        if not isinstance(name, str) or not 1 <= len(name) <= 255:
+            raise ValueError(f"FeatureSpec {name!r}: name: must be a string of 1..255 characters")
+        self.name = name
+        self.internal_name = f"{name}_{next(_counter)}"
+        self.table_name = name if table_name is None else table_name
+        if index_key is None:
+            index_key = name
+        if not (isinstance(index_key, str) or (isinstance(index_key, int) and 0 <= index_key <= 255)):
+            raise ValueError(f"FeatureSpec {name!r}: index_key: must be a string or an integer in [0, 255]")
+        self.index_key = index_key
+        for parameter, value in (("access_threshold", access_threshold), ("eviction_threshold", eviction_threshold)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or not -1 <= value <= MAX_INT32):
+                raise ValueError(f"FeatureSpec {name!r}: {parameter}: must be an integer in [-1, {MAX_INT32}], "
+                                 f"got {value!r}")
+        if eviction_threshold is not None and access_threshold is None:
+            raise ValueError(f"FeatureSpec {name!r}: eviction_threshold: eviction needs access_threshold as well")
+        if isinstance(faae_coefficient, bool) or not isinstance(faae_coefficient, int) or not 1 <= faae_coefficient <= MAX_INT32:
+            raise ValueError(f"FeatureSpec {name!r}: faae_coefficient: must be an integer >= 1")
+        self.access_threshold = access_threshold
+        self.eviction_threshold = eviction_threshold
+        self.faae_coefficient = faae_coefficient
+        self.is_timestamp = bool(is_timestamp)
+        self.batch_size = batch_size
+        ConfigInitializer.get_instance().feature_specs.append(self)
+
+    def __repr__(self):
+        return f"FeatureSpec({self.name!r}, table_name={self.table_name!r})"
+
+
+def get_feature_spec(table_name: str, access_and_evict_config: dict | None) -> FeatureSpec:
+    config = access_and_evict_config or {}
+    return FeatureSpec(table_name, table_name=table_name, access_threshold=config.get("access_threshold"),
+                       eviction_threshold=config.get("eviction_threshold"),
+                       faae_coefficient=config.get("faae_coefficient", 1))
+
+
+def _table_of(spec: FeatureSpec):
+    tables = ConfigInitializer.get_instance().tables
+    if spec.table_name not in tables:
+        raise ValueError(f"FeatureSpec {spec.name!r}: table_name: no table {spec.table_name!r} "
+                         f"(tables: {sorted(tables)})")
+    return tables[spec.table_name]
+
+
+def register_thresholds(spec: FeatureSpec) -> None:
+    if spec.access_threshold is not None:
+        _table_of(spec).set_admission(spec.access_threshold, spec.eviction_threshold, spec.faae_coefficient,
+                                      f"FeatureSpec {spec.name!r}")
+
+
+def specs_by_table(specs) -> dict:
+    """Non-timestamp specs grouped by table, each group sorted by name (reference 2.8)."""
+    groups: dict = {}
+    for spec in sorted((s for s in specs if not s.is_timestamp), key=lambda s: s.name):
+        groups.setdefault(spec.table_name, []).append(spec)
+    return groups
+
+
+def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=None, **kwargs):
+    """A ``dataset.map`` function adding the merged ids of each table to a dict batch."""
+    if (tgt_key_specs is None) == (args_index_list is None):
+        raise ValueError("get_asc_insert_func: give exactly one of tgt_key_specs or args_index_list + table_names")
+    if args_index_list is not None:
+        if table_names is None or len(table_names) != len(args_index_list):
+            raise ValueError("get_asc_insert_func: table_names must have one entry per args_index_list entry")
+        tgt_key_specs = [FeatureSpec(f"{t}_{i}", table_name=t, index_key=i) for i, t in zip(args_index_list, table_names)]
+    specs = list(tgt_key_specs) if isinstance(tgt_key_specs, (list, tuple)) else [tgt_key_specs]
+    for spec in specs:
+        if not isinstance(spec, FeatureSpec):
+            raise TypeError(f"get_asc_insert_func: tgt_key_specs: expected FeatureSpec objects, got {spec!r}")
+        if not spec.is_timestamp:
+            _table_of(spec)
+            register_thresholds(spec)
+    timestamps = [s for s in specs if s.is_timestamp]
+    if len(timestamps) > 1:
+        raise ValueError("get_asc_insert_func: only one FeatureSpec may have is_timestamp=True")
+    groups = specs_by_table(specs)
+    tables = ConfigInitializer.get_instance().tables
+    for table, group in groups.items():
+        tables[table].merged_specs[bool(kwargs.get("is_training", True))] = group
+
+    def insert(batch):
+        if not isinstance(batch, dict):
+            raise TypeError("get_asc_insert_func: the dataset must yield dict batches in FeatureSpec mode")
+        batch = dict(batch)
+        for table, group in groups.items():
+            missing = [s.index_key for s in group if s.index_key not in batch]
+            if missing:
+                raise KeyError(f"table {table!r}: index_key: batch has no feature {missing} "
+                               f"(features: {sorted(map(str, batch))})")
+            batch[MERGED_IDS_KEY.format(table=table)] = tf.concat(
+                [tf.reshape(tf.cast(batch[s.index_key], tf.int64), [-1]) for s in group], axis=0)
+        if timestamps:
+            stamp = batch[timestamps[0].index_key]
+            if stamp.shape.rank not in (0, None):
+                raise ValueError(f"FeatureSpec {timestamps[0].name!r}: is_timestamp: the timestamp must be a "
+                                 f"scalar (rank 0), got shape {stamp.shape}")
+            batch[TIMESTAMP_KEY] = tf.cast(stamp, tf.int64)
+        return batch
+
+    insert.groups = groups
+    return insert
+
+
+def start_asc_pipeline() -> None:
+    """Freeze the configuration and create every table's store."""
+    instance = ConfigInitializer.get_instance()
+    if not instance.tables:
+        raise RuntimeError("start_asc_pipeline: no table has been created")
+    for table in instance.tables.values():
+        table.store  # noqa: B018 - creates the store with the final config and optimizer
+    instance.frozen = True

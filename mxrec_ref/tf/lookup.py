@@ -1,0 +1,165 @@
+"""`sparse_lookup` (reference 1.4): one store call per table per step and mode.
+
+Forward: a ``tf.numpy_function`` sends the table's (merged) ids of the batch
+to the store, which counts, admits, places and returns the unique rows and
+the inverse index; each lookup gathers its own slice of the inverse.
+Backward: the gradient of each lookup is summed per unique key and returned
+for the table's proxy variable as ``IndexedSlices(values, indices=keys)``;
+the sparse optimizer hands those to ``store.apply_gradients``, which merges
+duplicate keys from several lookups.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from .config_initializer import ConfigInitializer
+from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
+                        MAX_INT32)
+from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
+from .table import SparseTable
+
+GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
+
+# (graph, merged ids, is_train) -> the step op's outputs, so lookups of one table share one store call
+_STEP_OPS: dict = {}
+# unique-keys tensor -> table, for the dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+KEYS_TO_TABLE: dict = {}
+
+
+def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
+                  access_and_evict_config=None, is_grad=True, serving_default_value=None, **kwargs):
+    instance = ConfigInitializer.get_instance()
+    if not isinstance(hashtable, SparseTable):
+        raise TypeError(f"sparse_lookup: hashtable: must be a table from create_table, got {type(hashtable).__name__}")
+    table = hashtable
+    pad_to = _check_send_count(table, send_count, instance.use_static)
+    if isinstance(ids, FeatureSpec):
+        if ids.table_name != table.table_name:
+            raise ValueError(f"table {table.table_name!r}: ids: FeatureSpec {ids.name!r} belongs to table "
+                             f"{ids.table_name!r}")
+        if batch is None:
+            raise ValueError(f"table {table.table_name!r}: batch: FeatureSpec mode needs batch= (the dict from "
+                             f"iterator.get_next() after the insert function)")
+        merged_key = MERGED_IDS_KEY.format(table=table.table_name)
+        if merged_key not in batch:
+            raise ValueError(f"table {table.table_name!r}: batch: the batch was not mapped through "
+                             f"get_asc_insert_func(...) for this table")
+        register_thresholds(ids)
+        group = _group_of(table, ids, batch)
+        feature = batch[ids.index_key]
+        offset = sum(tf.size(batch[s.index_key], out_type=tf.int64) for s in group[:group.index(ids)])
+        offset = tf.constant(0, tf.int64) if isinstance(offset, int) else offset
+        merged = batch[merged_key]
+        timestamp = batch.get(TIMESTAMP_KEY)
+    elif isinstance(ids, (tf.Tensor, tf.SparseTensor, np.ndarray)) or hasattr(ids, "dtype"):
+        if isinstance(ids, tf.SparseTensor):
+            raise TypeError(f"table {table.table_name!r}: ids: tf.SparseTensor ids are not supported")
+        if not modify_graph:
+            raise ValueError(f"table {table.table_name!r}: modify_graph: a tensor of ids needs modify_graph=True "
+                             f"(or pass a FeatureSpec with batch=)")
+        feature = tf.convert_to_tensor(ids)
+        if not feature.dtype.is_integer:
+            raise TypeError(f"table {table.table_name!r}: ids: must be an integer tensor, got {feature.dtype.name}")
+        if access_and_evict_config is not None:
+            register_thresholds(get_feature_spec(table.table_name, access_and_evict_config))
+        merged = tf.reshape(tf.cast(feature, tf.int64), [-1])
+        offset = tf.constant(0, tf.int64)
+        stamps = tf.compat.v1.get_collection(ASCEND_TIMESTAMP)
+        timestamp = stamps[0] if stamps else None
+    else:
+        raise TypeError(f"table {table.table_name!r}: ids: must be a FeatureSpec or a tensor, got {type(ids).__name__}")
+    table.note_lookup(bool(is_train))
+    with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
+        unique_keys, rows, inverse, admitted = _step_op(table, merged, bool(is_train), timestamp, pad_to)
+        size = tf.size(feature, out_type=tf.int64)
+        positions = tf.reshape(tf.slice(inverse, [offset], [size]), tf.shape(feature))
+        if feature.shape.is_fully_defined():
+            positions.set_shape(feature.shape)
+        embeddings = _embed(table.variable.handle, rows, unique_keys, positions)
+        if serving_default_value is not None:
+            default = tf.broadcast_to(tf.cast(serving_default_value, tf.float32), tf.shape(embeddings))
+            embeddings = tf.where(tf.gather(admitted, positions)[..., None], embeddings, default)
+        if not is_grad:
+            embeddings = tf.stop_gradient(embeddings)
+        return embeddings
+
+
+def _check_send_count(table, send_count, static: bool):
+    if send_count is None:
+        if static:
+            raise ValueError(f"table {table.table_name!r}: send_count: static shape mode "
+                             f"(init(use_dynamic=False)) needs send_count")
+        return None
+    if isinstance(send_count, bool) or not isinstance(send_count, int) or not 1 <= send_count <= MAX_INT32:
+        raise ValueError(f"table {table.table_name!r}: send_count: must be an integer in [1, {MAX_INT32}], "
+                         f"got {send_count!r}")
+    if not static:
+        return None  # ignored in dynamic mode, as in mxRec
+    if table.send_count is not None and table.send_count != send_count:
+        raise ValueError(f"table {table.table_name!r}: send_count: lookups of one table must share send_count "
+                         f"({table.send_count} vs {send_count})")
+    table.send_count = send_count
+    return send_count
+
+
+def _group_of(table, spec, batch):
+    """The specs the insert function concatenated for this table, in order."""
+    groups = table.merged_specs
+    group = groups.get(True if True in groups and spec in groups[True] else False, [])
+    if spec not in group:
+        raise ValueError(f"table {table.table_name!r}: ids: FeatureSpec {spec.name!r} was not given to "
+                         f"get_asc_insert_func, so its ids are not in the batch")
+    return group
+
+
+def _step_op(table, merged, is_train, timestamp, pad_to):
+    graph = tf.compat.v1.get_default_graph()
+    cache_key = (id(graph), merged.ref(), is_train)
+    if cache_key in _STEP_OPS:
+        return _STEP_OPS[cache_key]
+    global_step = tf.compat.v1.train.get_global_step() if is_train else None
+    step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(-1, tf.int64)
+    has_timestamp = timestamp is not None
+    stamp = tf.cast(timestamp, tf.int64) if has_timestamp else tf.constant(0, tf.int64)
+
+    def run(ids, step_value, stamp_value):
+        store = table.store
+        step_value = int(step_value)
+        if step_value < 0:            # no global step in the graph: count this table's training lookups
+            step_value = table.train_lookups_run
+        result = store.lookup(ids, train=is_train, step=step_value if is_train else None,
+                              timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
+        if is_train:
+            table.train_lookups_run += 1
+            table.last_train_step = step_value
+        return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted
+
+    unique_keys, rows, inverse, admitted = tf.numpy_function(
+        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool], stateful=True,
+        name="store_lookup")
+    unique_keys.set_shape([pad_to])
+    rows.set_shape([pad_to, table.emb_size])
+    inverse.set_shape(merged.shape)
+    admitted.set_shape([pad_to])
+    if is_train:
+        tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
+        tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
+        KEYS_TO_TABLE[unique_keys.ref()] = table
+    _STEP_OPS[cache_key] = (unique_keys, rows, inverse, admitted)
+    return _STEP_OPS[cache_key]
+
+
+@tf.custom_gradient
+def _embed(handle, rows, unique_keys, positions):
+    """rows[positions]; the gradient goes to the table's proxy (as keyed
+    IndexedSlices) and to ``rows`` (dense, for the local-embedding recipe)."""
+    def grad(dy):
+        dim = tf.shape(rows)[1]
+        per_unique = tf.math.unsorted_segment_sum(tf.reshape(dy, [-1, dim]), tf.reshape(positions, [-1]),
+                                                  tf.shape(unique_keys, out_type=tf.int64)[0])
+        sparse = tf.IndexedSlices(per_unique, unique_keys,
+                                  dense_shape=tf.stack([tf.constant(GRADIENT_DENSE_SHAPE, tf.int64),
+                                                        tf.cast(dim, tf.int64)]))
+        return sparse, per_unique, None, None
+    return tf.gather(rows, positions), grad

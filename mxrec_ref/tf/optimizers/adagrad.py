@@ -1,0 +1,10 @@
+from ...optimizers import Adagrad
+from .base import HashOptimizer
+
+
+def create_hash_optimizer(learning_rate=0.001, initial_accumulator_value=0.9, use_locking=False, name="Adagrad"):
+    return HashOptimizer(Adagrad(learning_rate=learning_rate, initial_accumulator_value=initial_accumulator_value),
+                         name)
+
+
+create_hash_optimizer_by_address = create_hash_optimizer

@@ -1,0 +1,71 @@
+"""The sparse optimizer object behind mxRec's `create_hash_optimizer` factories.
+
+``apply_gradients(grads_and_vars)`` accepts the two pairings mxRec scripts use:
+(IndexedSlices gradient, table.variable), from ``tf.gradients(loss,
+sparse_variables)``; and (gradient of a local embedding, its
+ASCEND_SPARSE_LOOKUP_ID_OFFSET tensor), the dynamic-expansion recipe.  Either
+way the store receives (keys, gradient rows) in one call per table.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import tensorflow as tf
+
+from ...optimizers import SparseOptimizer
+from ..config_initializer import ConfigInitializer
+
+_names = itertools.count()
+
+
+class HashOptimizer:
+    def __init__(self, store_optimizer: SparseOptimizer, name: str):
+        if not isinstance(name, str) or not 1 <= len(name) <= 200:
+            raise ValueError(f"optimizer {name!r}: name: must be 1..200 characters")
+        self.store_optimizer = store_optimizer
+        self._name = f"{name}_{next(_names)}"
+        instance = ConfigInitializer.get_instance()
+        started = [t.table_name for t in instance.tables.values() if t._store is not None]
+        if started:
+            raise RuntimeError(f"optimizer {name!r}: create the sparse optimizer before the first lookup runs "
+                               f"(tables already running: {started})")
+        instance.optimizer_instance = self
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        from ..lookup import KEYS_TO_TABLE
+
+        tables_by_variable = {t.variable.ref(): t for t in ConfigInitializer.get_instance().tables.values()}
+        updates = []
+        for grad, var in grads_and_vars:
+            if grad is None:
+                continue
+            if isinstance(var, tf.Variable) and var.ref() in tables_by_variable:
+                table = tables_by_variable[var.ref()]
+                if not isinstance(grad, tf.IndexedSlices):
+                    raise TypeError(f"table {table.table_name!r}: grad: expected the IndexedSlices that "
+                                    f"tf.gradients returns for a table variable, got {type(grad).__name__}")
+                keys, values = grad.indices, grad.values
+            elif isinstance(var, tf.Tensor) and var.ref() in KEYS_TO_TABLE:
+                table = KEYS_TO_TABLE[var.ref()]
+                keys, values = var, tf.convert_to_tensor(grad)
+            else:
+                raise TypeError(f"optimizer {self._name!r}: var: {getattr(var, 'name', var)!r} is not a sparse "
+                                f"table variable or lookup id offset; train dense variables with a TF optimizer")
+            updates.append(_apply_op(table, keys, values))
+        with tf.control_dependencies(updates):
+            if global_step is not None:
+                return tf.compat.v1.assign_add(global_step, 1, name=name)
+            return tf.no_op(name=name or self._name)
+
+
+def _apply_op(table, keys, values):
+    def apply(keys_value, values_value):
+        return np.int64(table.store.apply_gradients(keys_value, values_value, step=table.last_train_step))
+
+    return tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32)], tf.int64,
+                             stateful=True, name=f"{table.table_name}_sparse_apply")

@@ -1,0 +1,12 @@
+from ...optimizers import SGD
+from .base import HashOptimizer
+
+
+def create_hash_optimizer(learning_rate, use_locking=False, name="GradientDescent", use_fusion_optim=False,
+                          weight_decay=None):
+    return HashOptimizer(SGD(learning_rate=learning_rate, weight_decay=weight_decay), name)
+
+
+def create_hash_optimizer_by_addr(learning_rate, weight_decay=0.0001, use_locking=False,
+                                  name="GradientDescentByAddr"):
+    return HashOptimizer(SGD(learning_rate=learning_rate, weight_decay=weight_decay), name)

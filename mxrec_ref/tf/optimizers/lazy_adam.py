@@ -1,0 +1,10 @@
+from ...optimizers import LazyAdam
+from .base import HashOptimizer
+
+
+def create_hash_optimizer(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, name="LazyAdam",
+                          use_fusion_optim=False):
+    return HashOptimizer(LazyAdam(learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon), name)
+
+
+create_hash_optimizer_by_address = create_hash_optimizer

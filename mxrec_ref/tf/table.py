@@ -1,0 +1,171 @@
+"""`create_table` and the table object the TF layer hands around (reference 1.3).
+
+A ``SparseTable`` holds mxRec's create_table arguments and, once the graph
+first runs (or ``start_asc_pipeline`` is called), the store behind it.  Its
+``variable`` is a one-row, never-initialised proxy: lookups take its handle as
+an input so ``tf.gradients(loss, table.variable)`` returns the table's sparse
+gradient as ``IndexedSlices`` whose indices are *keys* (not rows), which the
+sparse optimizer sends to the store.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from ..config import Initializer, TableConfig
+from ..store import open_store
+from .config_initializer import ConfigInitializer
+from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION, MULTI_LOOKUP_TIMES
+
+
+class SparseTable:
+    def __init__(self, *, name, dim, key_dtype, initializer, device_vocabulary_size, host_vocabulary_size,
+                 ssd_vocabulary_size, ssd_data_path, is_save, is_dp, init_param, emb_initializer):
+        self.table_name = name
+        self.emb_size = self.embedding_size = dim
+        self.key_dtype = key_dtype
+        self.emb_initializer = emb_initializer
+        self.init_param = init_param
+        self.is_save = is_save
+        self.is_dp = is_dp
+        self.is_hbm = host_vocabulary_size == 0
+        self.send_count = None
+        self.multi_lookup_times = {True: 0, False: 0}
+        self.merged_specs: dict = {}    # is_training -> the FeatureSpecs the insert function merged, in order
+        self._config_args = dict(
+            name=name, dim=dim, key_dtype=key_dtype.name, initializer=initializer,
+            device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
+            ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=tuple(ssd_data_path), is_save=is_save,
+            init_param=init_param,
+            dynamic_expansion=ConfigInitializer.get_instance().use_dynamic_expansion,
+        )
+        self._admission = None          # (access_threshold, eviction_threshold, faae_coefficient)
+        self._store = None
+        self._store_lock = threading.Lock()
+        self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
+        self.last_train_step = 0
+        self.config = TableConfig(**self._config_args)   # validates now, not at first run
+        self.variable = tf.compat.v1.get_variable(
+            name, shape=[1, dim], dtype=tf.float32, initializer=tf.zeros_initializer(), trainable=False,
+            use_resource=True, collections=[ASCEND_GLOBAL_HASHTABLE_COLLECTION])
+
+    # ------------------------------------------------------------ config
+    def set_admission(self, access_threshold, eviction_threshold, faae_coefficient, source: str) -> None:
+        """Thresholds from a FeatureSpec or access_and_evict_config; every source
+        of one table must agree (mxRec: 'All FeatureSpecs of one table must share thresholds')."""
+        wanted = (access_threshold, eviction_threshold, faae_coefficient)
+        if self._admission is not None and self._admission != wanted:
+            raise ValueError(f"table {self.table_name!r}: access_threshold: {source} sets thresholds {wanted} but "
+                             f"the table already has {self._admission}; all feature specs of a table must agree")
+        if self._store is not None and self._admission != wanted:
+            raise ValueError(f"table {self.table_name!r}: access_threshold: the table is already running; "
+                             f"thresholds cannot change now")
+        TableConfig(**self._config_args, access_threshold=access_threshold, eviction_threshold=eviction_threshold,
+                    faae_coefficient=faae_coefficient)   # raises ConfigError naming the field
+        self._admission = wanted
+        self.config = self._frozen_config()
+
+    def note_lookup(self, is_train: bool) -> None:
+        self.multi_lookup_times[is_train] += 1
+        if self.multi_lookup_times[is_train] > MULTI_LOOKUP_TIMES:
+            raise ValueError(f"table {self.table_name!r}: sparse_lookup: more than {MULTI_LOOKUP_TIMES} lookups "
+                             f"of one table in {'training' if is_train else 'evaluation'}")
+
+    def _frozen_config(self) -> TableConfig:
+        extra = {}
+        if self._admission is not None:
+            extra = dict(zip(("access_threshold", "eviction_threshold", "faae_coefficient"), self._admission))
+        return TableConfig(**self._config_args, send_count=self.send_count, **extra)
+
+    # ------------------------------------------------------------- store
+    @property
+    def store(self):
+        """The table's store, created on first use with the global sparse optimizer."""
+        if self._store is None:
+            with self._store_lock:
+                if self._store is None:
+                    instance = ConfigInitializer.get_instance()
+                    optimizer = instance.optimizer_instance
+                    self.config = self._frozen_config()
+                    self._store = open_store(self.config, optimizer.store_optimizer if optimizer else None,
+                                             backend=instance.backend)
+        return self._store
+
+    def size(self) -> int:
+        return 0 if self._store is None else self._store.size()
+
+    def capacity(self) -> int:
+        return self.config.device_vocabulary_size if self._store is None else self._store.capacity()
+
+    def __repr__(self):
+        return f"SparseTable({self.table_name!r}, dim={self.emb_size}, size={self.size()})"
+
+
+def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1, host_vocabulary_size=0,
+                 ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),), is_save=True, is_dp=False, init_param=1.0,
+                 all2all_gradients_op="sum_gradients", value_dtype=tf.float32, shard_num=1, **kwargs) -> SparseTable:
+    """mxRec's ``create_table``; argument names, defaults and ranges as reference 1.3."""
+    instance = ConfigInitializer.get_instance()
+    if instance.frozen:
+        raise RuntimeError(f"table {name!r}: create_table: the pipeline has started; create tables before "
+                           f"start_asc_pipeline()")
+    if not isinstance(name, str):
+        raise TypeError(f"table {name!r}: name: must be a string")
+    if name in instance.tables:
+        raise ValueError(f"table {name!r}: name: a table with this name already exists")
+    key_dtype = tf.as_dtype(key_dtype) if not isinstance(key_dtype, tf.DType) else key_dtype
+    if key_dtype not in (tf.int64, tf.int32):
+        raise TypeError(f"table {name!r}: key_dtype: must be tf.int64 or tf.int32, got {key_dtype.name}")
+    if isinstance(dim, tf.TensorShape):
+        if dim.rank != 1 or dim[0] is None:
+            raise ValueError(f"table {name!r}: dim: a TensorShape dim must be 1-D and known, got {dim}")
+        dim = int(dim[0])
+    if tf.as_dtype(value_dtype) != tf.float32:
+        raise TypeError(f"table {name!r}: value_dtype: only tf.float32 is supported")
+    if all2all_gradients_op not in ("sum_gradients", "sum_gradients_and_div_by_ranksize"):
+        raise ValueError(f"table {name!r}: all2all_gradients_op: must be 'sum_gradients' or "
+                         f"'sum_gradients_and_div_by_ranksize', got {all2all_gradients_op!r}")
+    if isinstance(shard_num, bool) or not isinstance(shard_num, int) or not 1 <= shard_num <= 8192:
+        raise ValueError(f"table {name!r}: shard_num: must be an integer in [1, 8192], got {shard_num!r}")
+    initializer = initializer_from_tf(emb_initializer, name)
+    if instance.use_dynamic_expansion:
+        host_vocabulary_size = ssd_vocabulary_size = 0   # mxRec resets them in this mode (reference 1.3)
+    table = SparseTable(name=name, dim=dim, key_dtype=key_dtype, initializer=initializer,
+                        device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
+                        ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=ssd_data_path, is_save=is_save,
+                        is_dp=is_dp, init_param=init_param, emb_initializer=emb_initializer)
+    instance.tables[name] = table
+    return table
+
+
+def initializer_from_tf(initializer, table: str) -> Initializer:
+    """Read the distribution and seed of a TF (v1, v2 or Keras) initializer.
+    Values are drawn by mxrec-ref's counter-based generator (INIT-1), so a key's
+    first row is the same in every backend and run; only the distribution is TF's."""
+    if isinstance(initializer, Initializer):
+        return initializer
+    if initializer is None:
+        return Initializer(kind="truncated_normal", stddev=0.05)
+    kind = type(initializer).__name__.lower()
+    config = initializer.get_config() if hasattr(initializer, "get_config") else {}
+    seed = config.get("seed") or 0
+    if "truncated" in kind:
+        return Initializer(kind="truncated_normal", mean=float(config.get("mean", 0.0)),
+                           stddev=float(config.get("stddev", 0.05)), seed=int(seed))
+    if "uniform" in kind:
+        return Initializer(kind="uniform", minval=float(config.get("minval", -0.05)),
+                           maxval=float(config.get("maxval", 0.05)), seed=int(seed))
+    if "zeros" in kind:
+        return Initializer(kind="constant", value=0.0)
+    if "ones" in kind:
+        return Initializer(kind="constant", value=1.0)
+    if "constant" in kind:
+        value = np.asarray(config.get("value", 0.0), dtype=np.float64)
+        if value.size != 1:
+            raise ValueError(f"table {table!r}: emb_initializer: only scalar constant initializers are supported")
+        return Initializer(kind="constant", value=float(value.reshape(-1)[0]))
+    raise TypeError(f"table {table!r}: emb_initializer: unsupported initializer {type(initializer).__name__}; "
+                    f"use a truncated normal, random uniform, constant, zeros or ones initializer")
