@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test bench ext clean
 
 demo: ext
-	$(PY) -m mxrec_ref demo
+	$(PY) -m mxrec_ref train
 
 test: ext
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,227 @@
+"""The TensorFlow layer with mxRec's API (issue 5; spec/tf.md)."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mxrec_ref.tf as mx
+from mxrec_ref import CapacityError
+
+import tf_model
+
+tf.compat.v1.disable_eager_execution()
+
+
+@pytest.fixture(autouse=True)
+def _clean():
+    yield
+    tf_model.fresh_graph()
+
+
+def test_tf_1_training_pattern_reduces_loss(backend):
+    handles = tf_model.build(backend)
+    losses, session = tf_model.train(handles, 24)
+    assert np.mean(losses[-8:]) < np.mean(losses[:8])
+    assert handles["tables"]["user"].size() > 0 and handles["tables"]["item"].size() > 0
+    assert type(session.run(handles["grads"][0])).__name__ == "IndexedSlicesValue"
+
+
+def test_tf_2_backends_give_the_same_losses(fast_backend):
+    """Ref and fast: identical sparse state, so losses agree to the last bit."""
+    runs = {}
+    for backend in ("ref", "fast"):
+        handles = tf_model.build(backend, access_threshold=2, optimizer="lazy_adam")
+        losses, session = tf_model.train(handles, 16)
+        runs[backend] = (losses, {n: t.store.export() for n, t in handles["tables"].items()})
+        session.close()
+    assert runs["ref"][0] == runs["fast"][0]
+    for name in ("user", "item"):
+        assert runs["ref"][1][name].differences(runs["fast"][1][name]) == []
+
+
+def test_tf_3_multi_lookup_sums_gradients(backend):
+    """Two lookups of one table: one store call, gradients of both applied."""
+    single = tf_model.build(backend, multi_lookup=False)
+    tf_model.train(single, 1)
+    once = single["tables"]["item"].store.stats()
+    double = tf_model.build(backend, multi_lookup=True)
+    tf_model.train(double, 1)
+    twice = double["tables"]["item"].store.stats()
+    assert once["train_lookups"] == twice["train_lookups"] == 1
+    assert twice["key_positions"] == 2 * once["key_positions"]
+    assert twice["grad_rows_applied"] >= once["grad_rows_applied"]
+
+
+def test_tf_4_dynamic_shape_any_batch(backend):
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    table = mx.create_table(tf.int64, 3, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100)
+    ids = tf.compat.v1.placeholder(tf.int64, [None, None])
+    emb = mx.sparse_lookup(table, ids, modify_graph=True)
+    assert emb.shape.as_list() == [None, None, 3]
+    with tf.compat.v1.Session() as session:
+        for shape in [(1, 1), (4, 7), (0, 3)]:
+            out = session.run(emb, {ids: np.arange(np.prod(shape)).reshape(shape)})
+            assert out.shape == shape + (3,)
+
+
+def test_tf_4_static_shape_pads_to_send_count(backend):
+    handles = tf_model.build(backend, static=True, send_count=96)
+    assert handles["embs"][0].shape.as_list() == [tf_model.BATCH, 2, 4]
+    losses, _ = tf_model.train(handles, 2)
+    assert np.isfinite(losses).all()
+    small = tf_model.build(backend, static=True, send_count=3)
+    with pytest.raises(tf.errors.OpError, match="send_count"):
+        tf_model.train(small, 1)
+    assert small["tables"]["user"].size() == 0            # nothing changed
+
+
+def test_tf_5_admission_and_eviction_visible_in_size(backend):
+    handles = tf_model.build(backend, access_threshold=3, eviction_threshold=30)
+    session = tf.compat.v1.Session()
+    session.run(tf.compat.v1.global_variables_initializer())
+    hook = mx.EvictHook(evict_enable=True, evict_step_interval=2)
+    user = handles["tables"]["user"]
+    sizes, pending = [], []
+    for _ in range(6):
+        session.run(handles["train"])
+        sizes.append(user.size())
+        pending.append(user.store.stats()["pending"])
+    assert pending[0] > 0 and sizes[0] < user.store.stats()["key_positions"]
+    before = user.size() + user.store.stats()["pending"]
+    hook.evict_now()
+    assert user.store.stats()["evicted"] + user.store.stats()["evicted_pending"] > 0
+    assert user.size() + user.store.stats()["pending"] < before
+
+
+def test_tf_5_evict_hook_in_monitored_session(backend):
+    handles = tf_model.build(backend, access_threshold=1, eviction_threshold=20)
+    hook = mx.EvictHook(evict_enable=True, evict_step_interval=3)
+    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
+        for _ in range(6):
+            session.run(handles["train"])
+    assert sum(hook.evicted.values()) > 0
+
+
+def test_tf_5_serving_default_value(backend):
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+    ids = tf.constant([[1, 1, 2]], tf.int64)
+    emb = mx.sparse_lookup(table, ids, modify_graph=True, serving_default_value=[7.0, 8.0],
+                           access_and_evict_config={"access_threshold": 2})
+    with tf.compat.v1.Session() as session:
+        out = session.run(emb)
+    assert out[0].tolist() == [[1, 1], [1, 1], [7, 8]]
+
+
+def test_tf_6_save_restore_continue(backend, tmp_path):
+    handles = tf_model.build(backend, access_threshold=2)
+    saver = tf.compat.v1.train.Saver(max_to_keep=2)
+    losses, session = tf_model.train(handles, 6)
+    for step in (1, 2, 3):
+        saver.save(session, str(tmp_path / "model"), global_step=step)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("sparse-")) == \
+        ["sparse-model-2", "sparse-model-3"]                        # max_to_keep prunes sparse folders too
+    exports = {n: t.store.export() for n, t in handles["tables"].items()}
+    continued, _ = tf_model.train(handles, 4, session)
+    restored = tf_model.build(backend, access_threshold=2)
+    fresh = tf.compat.v1.Session()
+    tf.compat.v1.train.Saver().restore(fresh, str(tmp_path / "model-3"))
+    for name, table in restored["tables"].items():
+        assert table.store.export().differences(exports[name]) == []
+    again, _ = tf_model.train(restored, 4, fresh)
+    # the one-shot iterator restarts, so compare the state, and that training goes on from it
+    assert np.isfinite(again).all()
+    assert restored["tables"]["item"].store.stats()["grad_applies"] == 4
+
+
+def test_tf_7_local_embedding_recipe(backend):
+    """mxRec's dynamic-expansion recipe: gradients w.r.t. ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
+    applied through ASCEND_SPARSE_LOOKUP_ID_OFFSET."""
+    tf_model.fresh_graph()
+    mx.init(backend=backend, use_dynamic_expansion=True)
+    table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=1)
+    from mxrec_ref.tf.optimizers import gradient_descent
+
+    optimizer = gradient_descent.create_hash_optimizer(learning_rate=1.0)
+    emb = mx.sparse_lookup(table, tf.constant([5, 6, 5], tf.int64), modify_graph=True)
+    loss = tf.reduce_sum(emb)
+    local = tf.compat.v1.get_collection(mx.constants.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+    offsets = tf.compat.v1.get_collection(mx.constants.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+    grads = tf.gradients(loss, local)
+    train = optimizer.apply_gradients(zip(grads, offsets))
+    with tf.compat.v1.Session() as session:
+        session.run(train)
+    state = table.store.export()
+    assert state.keys.tolist() == [5, 6]
+    assert state.values.tolist() == [[-1.0, -1.0], [0.0, 0.0]]     # 5 appears twice: gradient 2
+    assert table.capacity() >= 2
+
+
+def test_tf_8_eager_tf_function(backend):
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+
+    def lookup(ids):
+        return mx.sparse_lookup(table, ids, modify_graph=True)
+
+    with tf.compat.v1.Session() as session:   # this module runs graph mode; the function traces a FuncGraph
+        fn = tf.function(lookup)
+        out = session.run(fn(tf.constant([3, 4], tf.int64)))
+    assert out.tolist() == [[1, 1], [1, 1]] and table.size() == 2
+
+
+@pytest.mark.parametrize("case", ["key_dtype", "unknown_table", "send_count_missing", "tensor_without_modify",
+                                  "spec_other_table", "duplicate_table", "capacity"])
+def test_tf_9_bad_input_raises_before_changes(backend, case):
+    tf_model.fresh_graph()
+    mx.init(backend=backend, use_dynamic=case != "send_count_missing")
+    init = tf.compat.v1.zeros_initializer()
+    table = mx.create_table(tf.int64, 2, "t", init, device_vocabulary_size=2)
+    if case == "key_dtype":
+        with pytest.raises(TypeError, match="key_dtype"):
+            mx.create_table(tf.float32, 2, "u", init)
+    elif case == "unknown_table":
+        spec = mx.FeatureSpec("f", table_name="nope")
+        with pytest.raises(ValueError, match="no table 'nope'"):
+            mx.get_asc_insert_func(tgt_key_specs=[spec])
+    elif case == "send_count_missing":
+        with pytest.raises(ValueError, match="send_count"):
+            mx.sparse_lookup(table, tf.constant([1], tf.int64), modify_graph=True)
+    elif case == "tensor_without_modify":
+        with pytest.raises(ValueError, match="modify_graph"):
+            mx.sparse_lookup(table, tf.constant([1], tf.int64))
+    elif case == "spec_other_table":
+        with pytest.raises(ValueError, match="belongs to table"):
+            mx.sparse_lookup(table, mx.FeatureSpec("g", table_name="other"), batch={})
+    elif case == "duplicate_table":
+        with pytest.raises(ValueError, match="already exists"):
+            mx.create_table(tf.int64, 2, "t", init)
+    elif case == "capacity":
+        emb = mx.sparse_lookup(table, tf.constant([1, 2, 3], tf.int64), modify_graph=True)
+        with tf.compat.v1.Session() as session, pytest.raises(tf.errors.OpError, match="device_vocabulary_size"):
+            session.run(emb)
+        assert CapacityError.__name__ and table.size() == 0
+    assert table.size() == 0
+
+
+def test_tf_10_initializers_map_to_the_counter_based_generator(backend):
+    from mxrec_ref import initializers
+    from mxrec_ref.tf.table import initializer_from_tf
+
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    uniform = initializer_from_tf(tf.compat.v1.random_uniform_initializer(-0.2, 0.3, seed=4), "t")
+    assert (uniform.kind, uniform.minval, uniform.maxval, uniform.seed) == ("uniform", -0.2, 0.3, 4)
+    normal = initializer_from_tf(tf.keras.initializers.TruncatedNormal(stddev=0.02, seed=9), "t")
+    assert (normal.kind, normal.stddev, normal.seed) == ("truncated_normal", 0.02, 9)
+    assert initializer_from_tf(tf.compat.v1.constant_initializer(0.5), "t").value == 0.5
+    with pytest.raises(TypeError, match="emb_initializer"):
+        initializer_from_tf(tf.keras.initializers.RandomNormal(), "t")
+    table = mx.create_table(tf.int64, 3, "t", tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=2),
+                            device_vocabulary_size=8, init_param=0.5)
+    emb = mx.sparse_lookup(table, tf.constant([11], tf.int64), modify_graph=True)
+    with tf.compat.v1.Session() as session:
+        out = session.run(emb)
+    assert np.array_equal(out, initializers.initial_rows(table.config, np.array([11])))
