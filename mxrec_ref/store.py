@@ -353,6 +353,8 @@ def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     if keys.size == 0:
         return keys, grads, mask
     unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if unique.size == keys.size:                       # nothing to merge: keep the caller's order
+        return keys, grads, mask
     order = np.argsort(first, kind="stable")          # unique keys by first occurrence
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)

@@ -110,22 +110,29 @@ def _dense_layer(tf, x, units, name, activation=True):
     return tf.nn.relu(y) if activation else y
 
 
-def build_model(tf, mx, tables, specs, batch, n_dense: int, is_train: bool):
-    """Wide & Deep: wide = Σ 1-d embeddings + linear(dense); deep = MLP(embeddings ‖ dense)."""
-    wide_specs, deep_specs = specs
+def build_model(tf, lookup, field_names, deep_dim: int, dense, n_dense: int):
+    """Wide & Deep: wide = sum of 1-d embeddings + linear(dense); deep = MLP(embeddings, dense).
+
+    ``lookup(table, field)`` returns the field's embeddings ``[batch, dim]``
+    (``table`` is "wide" or "deep"), so the same model runs on dynamic tables
+    (sparse_lookup) and, in the benchmark, on plain tf.Variable tables.
+    """
     with tf.compat.v1.variable_scope("model", reuse=tf.compat.v1.AUTO_REUSE):
-        wide = [mx.sparse_lookup(tables["wide"], s, batch=batch, is_train=is_train) for s in wide_specs]
-        deep = [mx.sparse_lookup(tables["deep"], s, batch=batch, is_train=is_train) for s in deep_specs]
-        dense = batch["dense"]
-        logit_wide = tf.add_n([tf.reshape(w, [-1]) for w in wide])
-        deep_in = [tf.reshape(e, [-1, tables["deep"].emb_size]) for e in deep]
+        logit_wide = tf.add_n([tf.reshape(lookup("wide", f), [-1]) for f in field_names])
+        deep_in = [tf.reshape(lookup("deep", f), [-1, deep_dim]) for f in field_names]
         if n_dense:
             logit_wide += tf.reshape(_dense_layer(tf, dense, 1, "wide_dense", activation=False), [-1])
             deep_in.append(dense)
         hidden = _dense_layer(tf, tf.concat(deep_in, axis=1), 128, "deep_1")
         hidden = _dense_layer(tf, hidden, 64, "deep_2")
-        logit = logit_wide + tf.reshape(_dense_layer(tf, hidden, 1, "deep_out", activation=False), [-1])
-    return logit
+        return logit_wide + tf.reshape(_dense_layer(tf, hidden, 1, "deep_out", activation=False), [-1])
+
+
+def sparse_lookup_fn(mx, tables, specs, batch, is_train: bool):
+    """``lookup`` for build_model over mxRec tables and their FeatureSpecs."""
+    by_field = {("wide", s.index_key): s for s in specs[0]} | {("deep", s.index_key): s for s in specs[1]}
+    return lambda table, field: mx.sparse_lookup(tables[table], by_field[(table, field)], batch=batch,
+                                                 is_train=is_train)
 
 
 def _input(tf, dataset, batch_size: int, insert, repeat: bool):
@@ -145,53 +152,72 @@ def run(config: TrainConfig, echo=print) -> dict:
 
     from . import tf as mx
 
-    tf.compat.v1.disable_eager_execution()
-    tf.compat.v1.reset_default_graph()
     data = load_data(config)
     train_data, test_data = data.split(0.85)
     if mx.is_initialized():
         mx.terminate_config_initializer()
     mx.init(backend=config.backend, use_dynamic_expansion=config.storage == "dynamic")
     try:
-        return _train(tf, mx, config, data, train_data, test_data, echo)
+        with tf.Graph().as_default():
+            return _train(tf, mx, config, data, train_data, test_data, echo)
     finally:
         mx.terminate_config_initializer()
 
 
-def _train(tf, mx, config, data, train_data, test_data, echo):
+@dataclass
+class Graph:
+    """The training graph's handles."""
+    tables: dict
+    specs: tuple
+    all_specs: list
+    loss: object
+    train_op: object
+    global_step: object
+    evicting: bool
+
+
+def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
+    """Tables, feature specs, input pipeline, Wide&Deep model and both optimizers,
+    in the default graph (mxRec's script structure)."""
     storage = _storage(config)
-    seed = config.seed
     tables = {
         "wide": mx.create_table(tf.int64, 1, "wide", tf.compat.v1.zeros_initializer(), **storage),
         "deep": mx.create_table(tf.int64, config.dim, "deep",
-                                tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed), **storage),
+                                tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=config.seed), **storage),
     }
     evicting = config.eviction_threshold is not None and config.eviction_threshold >= 0
-    admission = dict(access_threshold=config.access_threshold,
-                     eviction_threshold=config.eviction_threshold if evicting else None)
-    if config.access_threshold is None:
-        admission = {}
+    admission = {}
+    if config.access_threshold is not None:
+        admission = dict(access_threshold=config.access_threshold,
+                         eviction_threshold=config.eviction_threshold if evicting else None)
     specs = ([mx.FeatureSpec(f"wide_{f}", table_name="wide", index_key=f, **admission) for f in data.field_names],
              [mx.FeatureSpec(f"deep_{f}", table_name="deep", index_key=f, **admission) for f in data.field_names])
-    stamp = mx.FeatureSpec("timestamp", index_key="timestamp", is_timestamp=True)
-    all_specs = specs[0] + specs[1] + [stamp]
+    all_specs = specs[0] + specs[1] + [mx.FeatureSpec("timestamp", index_key="timestamp", is_timestamp=True)]
     sparse_optimizer = _sparse_optimizer(config)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-
-    train_batch = tf.compat.v1.data.make_one_shot_iterator(
-        _input(tf, train_data, config.batch_size, mx.get_asc_insert_func(tgt_key_specs=all_specs), True)).get_next()
-    logit = build_model(tf, mx, tables, specs, train_batch, data.dense.shape[1], is_train=True)
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=train_batch["label"], logits=logit))
+    batch = tf.compat.v1.data.make_one_shot_iterator(
+        _input(tf, data, config.batch_size, mx.get_asc_insert_func(tgt_key_specs=all_specs), True)).get_next()
+    logit = build_model(tf, sparse_lookup_fn(mx, tables, specs, batch, True), data.field_names, config.dim,
+                        batch["dense"], data.dense.shape[1])
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logit))
     dense_vars, sparse_vars = mx.get_dense_and_sparse_variable()
     sparse_grads = tf.gradients(loss, sparse_vars)
     train_op = tf.group(
         sparse_optimizer.apply_gradients(zip(sparse_grads, sparse_vars)),
         tf.compat.v1.train.AdamOptimizer(config.dense_learning_rate).minimize(loss, global_step=global_step,
                                                                               var_list=dense_vars))
+    return Graph(tables, specs, all_specs, loss, train_op, global_step, evicting)
+
+
+def _train(tf, mx, config, data, train_data, test_data, echo):
+    graph = build_training_graph(tf, mx, config, train_data)
+    tables, specs, loss, train_op, global_step = graph.tables, graph.specs, graph.loss, graph.train_op, graph.global_step
+    evicting = graph.evicting
     eval_iterator = tf.compat.v1.data.make_initializable_iterator(
-        _input(tf, test_data, 4096, mx.get_asc_insert_func(tgt_key_specs=all_specs, is_training=False), False))
+        _input(tf, test_data, 4096, mx.get_asc_insert_func(tgt_key_specs=graph.all_specs, is_training=False), False))
     eval_batch = eval_iterator.get_next()
-    eval_prob = tf.sigmoid(build_model(tf, mx, tables, specs, eval_batch, data.dense.shape[1], is_train=False))
+    eval_prob = tf.sigmoid(build_model(tf, sparse_lookup_fn(mx, tables, specs, eval_batch, False), data.field_names,
+                                       config.dim, eval_batch["dense"], data.dense.shape[1]))
 
     evict_hook = mx.EvictHook(evict_enable=evicting, evict_step_interval=config.evict_step_interval)
     checkpoint_dir = config.checkpoint_dir or tempfile.mkdtemp(prefix="mxrec-train-")
@@ -214,6 +240,7 @@ def _train(tf, mx, config, data, train_data, test_data, echo):
         return auc(test_data.labels, scores), log_loss(test_data.labels, scores)
 
     history, losses = [], []
+    train_seconds = 0.0          # training steps only: evaluation and start-up excluded
     started = time.perf_counter()
     with _progress(config) as progress, tf.compat.v1.train.MonitoredTrainingSession(
             checkpoint_dir=checkpoint_dir, save_checkpoint_steps=config.save_checkpoint_steps,
@@ -221,24 +248,26 @@ def _train(tf, mx, config, data, train_data, test_data, echo):
             hooks=[evict_hook]) as session:
         step = session.run(global_step)
         while step < config.steps:
+            tick = time.perf_counter()
             batch_loss, _ = session.run([loss, train_op])
+            train_seconds += time.perf_counter() - tick
             losses.append(batch_loss)
             step += 1
             progress.advance(step, batch_loss)
             if step % config.eval_every == 0 or step == config.steps:
                 test_auc, test_loss = evaluate(session)
-                elapsed = time.perf_counter() - started
                 history.append({"step": step, "train_loss": float(np.mean(losses[-config.eval_every:])),
                                 "test_auc": test_auc, "test_loss": test_loss})
                 progress.note(f"step {step}: train logloss {history[-1]['train_loss']:.4f}  test AUC "
                               f"{test_auc:.4f}  test logloss {test_loss:.4f}  "
-                              f"{step * config.batch_size / elapsed:,.0f} examples/s")
+                              f"{len(losses) * config.batch_size / train_seconds:,.0f} examples/s")
     elapsed = time.perf_counter() - started
     stats = {name: t.store.stats() for name, t in tables.items()}
     _print_stats(stats, echo)
-    examples_per_second = len(losses) * config.batch_size / elapsed
+    examples_per_second = len(losses) * config.batch_size / train_seconds
     echo(f"final: test AUC {history[-1]['test_auc']:.4f}, test logloss {history[-1]['test_loss']:.4f}, "
-         f"{examples_per_second:,.0f} examples/s ({len(losses)} steps in {elapsed:.1f}s, evaluation included)")
+         f"{examples_per_second:,.0f} training examples/s ({len(losses)} steps; {elapsed:.1f}s in all with "
+         f"evaluation)")
     return {"history": history, "stats": stats, "examples_per_second": examples_per_second,
             "checkpoint_dir": checkpoint_dir}
 

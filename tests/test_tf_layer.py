@@ -8,12 +8,16 @@ from mxrec_ref import CapacityError
 
 import tf_model
 
-tf.compat.v1.disable_eager_execution()
 
 
 @pytest.fixture(autouse=True)
-def _clean():
-    yield
+def _graph(request):
+    """Graph mode for each test unless marked eager (eager stays on for the rest of the suite)."""
+    if request.node.get_closest_marker("eager"):
+        yield
+    else:
+        with tf.Graph().as_default():
+            yield
     tf_model.fresh_graph()
 
 
@@ -77,8 +81,8 @@ def test_tf_4_static_shape_pads_to_send_count(backend):
 
 def test_tf_5_admission_and_eviction_visible_in_size(backend):
     handles = tf_model.build(backend, access_threshold=3, eviction_threshold=30)
-    session = tf.compat.v1.Session()
-    session.run(tf.compat.v1.global_variables_initializer())
+    session = tf.compat.v1.Session(graph=handles["graph"])
+    session.run(handles["init"])
     hook = mx.EvictHook(evict_enable=True, evict_step_interval=2)
     user = handles["tables"]["user"]
     sizes, pending = [], []
@@ -96,7 +100,7 @@ def test_tf_5_admission_and_eviction_visible_in_size(backend):
 def test_tf_5_evict_hook_in_monitored_session(backend):
     handles = tf_model.build(backend, access_threshold=1, eviction_threshold=20)
     hook = mx.EvictHook(evict_enable=True, evict_step_interval=3)
-    with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
+    with handles["graph"].as_default(), tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
         for _ in range(6):
             session.run(handles["train"])
     assert sum(hook.evicted.values()) > 0
@@ -116,7 +120,8 @@ def test_tf_5_serving_default_value(backend):
 
 def test_tf_6_save_restore_continue(backend, tmp_path):
     handles = tf_model.build(backend, access_threshold=2)
-    saver = tf.compat.v1.train.Saver(max_to_keep=2)
+    with handles["graph"].as_default():
+        saver = tf.compat.v1.train.Saver(max_to_keep=2)
     losses, session = tf_model.train(handles, 6)
     for step in (1, 2, 3):
         saver.save(session, str(tmp_path / "model"), global_step=step)
@@ -125,8 +130,9 @@ def test_tf_6_save_restore_continue(backend, tmp_path):
     exports = {n: t.store.export() for n, t in handles["tables"].items()}
     continued, _ = tf_model.train(handles, 4, session)
     restored = tf_model.build(backend, access_threshold=2)
-    fresh = tf.compat.v1.Session()
-    tf.compat.v1.train.Saver().restore(fresh, str(tmp_path / "model-3"))
+    fresh = tf.compat.v1.Session(graph=restored["graph"])
+    with restored["graph"].as_default():
+        tf.compat.v1.train.Saver().restore(fresh, str(tmp_path / "model-3"))
     for name, table in restored["tables"].items():
         assert table.store.export().differences(exports[name]) == []
     again, _ = tf_model.train(restored, 4, fresh)
@@ -158,18 +164,29 @@ def test_tf_7_local_embedding_recipe(backend):
     assert table.capacity() >= 2
 
 
+@pytest.mark.eager
 def test_tf_8_eager_tf_function(backend):
+    """Eagerly, inside tf.function, with gradients through a GradientTape."""
     tf_model.fresh_graph()
     mx.init(backend=backend)
     table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+    from mxrec_ref.tf.optimizers import gradient_descent
 
-    def lookup(ids):
-        return mx.sparse_lookup(table, ids, modify_graph=True)
+    optimizer = gradient_descent.create_hash_optimizer(learning_rate=0.5)
 
-    with tf.compat.v1.Session() as session:   # this module runs graph mode; the function traces a FuncGraph
-        fn = tf.function(lookup)
-        out = session.run(fn(tf.constant([3, 4], tf.int64)))
-    assert out.tolist() == [[1, 1], [1, 1]] and table.size() == 2
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            tape.watch(table.variable.handle)
+            loss = tf.reduce_sum(mx.sparse_lookup(table, ids, modify_graph=True))
+        grad = tape.gradient(loss, table.variable.handle)
+        optimizer.apply_gradients([(grad, table.variable)])
+        return loss
+
+    assert tf.executing_eagerly()
+    assert float(step(tf.constant([3, 4], tf.int64))) == 4.0
+    assert table.size() == 2
+    assert table.store.export().values.tolist() == [[0.5, 0.5], [0.5, 0.5]]
 
 
 @pytest.mark.parametrize("case", ["key_dtype", "unknown_table", "send_count_missing", "tensor_without_modify",

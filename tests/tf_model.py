@@ -21,7 +21,7 @@ def features(seed: int = 0, n: int = N_ROWS) -> dict:
 
 
 def fresh_graph():
-    tf.compat.v1.reset_default_graph()
+    """Forget the previous model's tables (each build gets its own graph)."""
     if mx.is_initialized():
         mx.terminate_config_initializer()
 
@@ -32,6 +32,14 @@ def build(backend: str, *, static: bool = False, access_threshold=None, eviction
     """Tables 'user' (dim 4) and 'item' (dim 4); item is looked up twice
     (multi-lookup) when ``multi_lookup``.  Returns a dict of graph handles."""
     fresh_graph()
+    graph = tf.Graph()
+    with graph.as_default():
+        return _build(graph, backend, static, access_threshold, eviction_threshold, optimizer, send_count,
+                      dynamic_expansion, seed, multi_lookup, device_vocabulary_size)
+
+
+def _build(graph, backend, static, access_threshold, eviction_threshold, optimizer, send_count, dynamic_expansion,
+           seed, multi_lookup, device_vocabulary_size):
     mx.init(backend=backend, use_dynamic=not static, use_dynamic_expansion=dynamic_expansion)
     init = tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1)
     user = mx.create_table(tf.int64, 4, "user", init, device_vocabulary_size=device_vocabulary_size)
@@ -64,13 +72,14 @@ def build(backend: str, *, static: bool = False, access_threshold=None, eviction
                      tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step,
                                                                                var_list=dense_vars))
     return dict(loss=loss, train=train, embs=embs, tables={"user": user, "item": item}, batch=batch,
-                global_step=global_step, sparse_vars=sparse_vars, grads=grads)
+                global_step=global_step, sparse_vars=sparse_vars, grads=grads, graph=graph,
+                init=tf.compat.v1.global_variables_initializer())
 
 
 def train(handles, steps: int, session=None):
     own = session is None
-    session = session or tf.compat.v1.Session()
+    session = session or tf.compat.v1.Session(graph=handles["graph"])
     if own:
-        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(handles["init"])
     losses = [session.run([handles["loss"], handles["train"]])[0] for _ in range(steps)]
     return losses, session

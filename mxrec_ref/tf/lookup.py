@@ -153,13 +153,17 @@ def _step_op(table, merged, is_train, timestamp, pad_to):
 @tf.custom_gradient
 def _embed(handle, rows, unique_keys, positions):
     """rows[positions]; the gradient goes to the table's proxy (as keyed
-    IndexedSlices) and to ``rows`` (dense, for the local-embedding recipe)."""
+    IndexedSlices over the keys *this* lookup touched) and to ``rows`` (dense,
+    for the local-embedding recipe)."""
     def grad(dy):
         dim = tf.shape(rows)[1]
-        per_unique = tf.math.unsorted_segment_sum(tf.reshape(dy, [-1, dim]), tf.reshape(positions, [-1]),
-                                                  tf.shape(unique_keys, out_type=tf.int64)[0])
-        sparse = tf.IndexedSlices(per_unique, unique_keys,
+        flat_positions = tf.reshape(positions, [-1])
+        flat_dy = tf.reshape(dy, [-1, dim])
+        touched, local = tf.unique(flat_positions, out_idx=tf.int64)
+        per_key = tf.math.unsorted_segment_sum(flat_dy, local, tf.size(touched, out_type=tf.int64))
+        sparse = tf.IndexedSlices(per_key, tf.gather(unique_keys, touched),
                                   dense_shape=tf.stack([tf.constant(GRADIENT_DENSE_SHAPE, tf.int64),
                                                         tf.cast(dim, tf.int64)]))
-        return sparse, per_unique, None, None
+        dense = tf.math.unsorted_segment_sum(flat_dy, flat_positions, tf.shape(unique_keys, out_type=tf.int64)[0])
+        return sparse, dense, None, None
     return tf.gather(rows, positions), grad
