@@ -71,28 +71,38 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
     return str(final)
 
 
-def read_table(directory, config: TableConfig, optimizer: SparseOptimizer) -> TableState:
-    """Read and fully validate ``config.name``'s table; raises CheckpointError
-    naming the table, the file and the problem (CKPT-5)."""
+def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, source_table: str | None = None,
+               slots_required: bool = True) -> TableState:
+    """Read and fully validate a table; raises CheckpointError naming the
+    table, the file and the problem (CKPT-5).  ``source_table`` reads a table
+    saved under another name (warm start with renaming).  With
+    ``slots_required=False`` a checkpoint of another optimizer kind is
+    accepted and its slots come back at the optimizer's initial values (WS-4)."""
     root = Path(directory)
     table = config.name
-    folder = root / table
+    saved_name = source_table or table
+    folder = root / saved_name
     if not (folder / "meta.json").is_file():
-        raise CheckpointError(f"table {table!r}: directory: no table {table!r} in checkpoint {str(root)!r} "
+        raise CheckpointError(f"table {table!r}: directory: no table {saved_name!r} in checkpoint {str(root)!r} "
                               f"(tables present: {list_tables(root)})")
     meta = _read_meta(folder, table)
     if meta["dim"] != config.dim:
         raise CheckpointError(f"table {table!r}: dim: the checkpoint has dim {meta['dim']}, "
                               f"the table has dim {config.dim}")
     saved_kind = meta["optimizer"].get("kind")
-    if saved_kind != optimizer.kind:
+    same_slots = saved_kind == optimizer.kind
+    if not same_slots and slots_required:
         raise CheckpointError(f"table {table!r}: optimizer: the checkpoint was trained with {saved_kind!r}, "
                               f"the store uses {optimizer.kind!r}; their slots differ")
     n, m, dim = meta["n_keys"], meta["n_pending"], config.dim
     keys = _read_slice(folder / "key", _INT64, [n, 8], table)
     values = _read_slice(folder / "embedding", _FLOAT32, [n, dim, 4], table).reshape(n, dim)
-    slots = {slot: _read_slice(folder / optimizer.checkpoint_slot_name(slot), _FLOAT32, [n, dim, 4], table)
-             .reshape(n, dim) for slot in optimizer.slot_names}
+    if same_slots:
+        slots = {slot: _read_slice(folder / optimizer.checkpoint_slot_name(slot), _FLOAT32, [n, dim, 4], table)
+                 .reshape(n, dim) for slot in optimizer.slot_names}
+    else:
+        slots = {slot: np.full((n, dim), value, dtype=np.float32)
+                 for slot, value in optimizer.slot_initial_values().items()}
     feat = _read_slice(folder / "feat_info", _INT64, [n + m, 3, 8], table).reshape(n + m, 3)
     if not np.array_equal(feat[:n, 0], keys):
         _corrupt(table, folder / "feat_info", "its first keys differ from key/slice.data")

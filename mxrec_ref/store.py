@@ -225,6 +225,22 @@ class Store(ABC):
             self._check_fits(state)
             self._import_state(state)
 
+    def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
+        """Merge a checkpoint's rows into this store (spec/warmstart.md): the
+        checkpoint's keys take its rows and slots and count as admitted, with
+        last-seen ``now``; every other key stays as it is.  Validated in full
+        before anything changes.  Returns the number of keys loaded."""
+        from . import checkpoint
+
+        now = self._check_time("now", now, required=False)
+        loaded = checkpoint.read_table(directory, self.config, self.optimizer, source_table=source_table,
+                                       slots_required=False)
+        with self._lock:
+            merged = _merge_warm_start(self._export(), loaded, self.config.admit_threshold, now)
+            self._check_fits(merged)
+            self._import_state(merged)
+        return len(loaded.keys)
+
     def row_handles(self, keys) -> np.ndarray:
         """Row index of each key, -1 where it holds none (for tests and the TF
         layer; placement is specified in EXP-4 so backends agree)."""
@@ -362,6 +378,40 @@ def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     summed = np.zeros((order.size, grads.shape[1]), dtype=np.float32)
     np.add.at(summed, slot, grads)                     # sequential in position order
     return unique[order], summed, unique[order] != PADDING_KEY
+
+
+def _merge_warm_start(current: TableState, loaded: TableState, admit_threshold: int, now: int | None) -> TableState:
+    """WS-3: loaded keys overwrite rows and slots, are admitted (count at
+    least the threshold) and were last seen at the warm-start time; other
+    keys keep everything."""
+    if now is None:
+        now = current.clock if current.clock is not None else (loaded.clock or 0)
+    keep = ~np.isin(current.keys, loaded.keys)
+    keys = np.concatenate([current.keys[keep], loaded.keys])
+    order = np.argsort(keys, kind="stable")
+    pick = lambda old, new: np.concatenate([old[keep], new])[order]  # noqa: E731
+    old_counts = dict(zip(np.concatenate([current.keys, current.pending_keys]).tolist(),
+                          np.concatenate([current.counts, current.pending_counts]).tolist()))
+    counts = np.array([max(old_counts.get(k, 0), int(c), admit_threshold)
+                       for k, c in zip(loaded.keys.tolist(), loaded.counts.tolist())], dtype=np.int64)
+    pending = ~np.isin(current.pending_keys, loaded.keys)
+    clock, source = current.clock, current.clock_source
+    if clock is None:
+        clock, source = (loaded.clock, loaded.clock_source) if loaded.clock is not None else (None, None)
+    if clock is not None:
+        clock = max(clock, now)
+    return TableState(
+        keys=keys[order],
+        values=pick(current.values, loaded.values),
+        slots={name: pick(current.slots[name], loaded.slots[name]) for name in current.slots},
+        counts=pick(current.counts, counts),
+        last_seen=pick(current.last_seen, np.full(len(loaded.keys), now, dtype=np.int64)),
+        pending_keys=current.pending_keys[pending],
+        pending_counts=current.pending_counts[pending],
+        pending_last_seen=current.pending_last_seen[pending],
+        clock=clock,
+        clock_source=source,
+    )
 
 
 # ------------------------------------------------------------- backends

@@ -11,6 +11,7 @@ from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
 from .hooks import EvictHook
 from .lookup import sparse_lookup
 from .table import SparseTable, create_table
+from .warm_start import WarmStartHook, WarmStartSettings, scaffold_init_fn, warm_start
 
 
 def get_dense_and_sparse_variable():
@@ -21,4 +22,5 @@ def get_dense_and_sparse_variable():
 
 __all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_initializer", "FeatureSpec",
            "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "sparse_lookup", "SparseTable",
-           "create_table", "get_dense_and_sparse_variable", "constants", "optimizers"]
+           "create_table", "get_dense_and_sparse_variable", "constants", "optimizers", "WarmStartHook",
+           "WarmStartSettings", "scaffold_init_fn", "warm_start"]
