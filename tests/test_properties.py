@@ -86,8 +86,8 @@ def test_bad_input_leaves_store_unchanged(backend, config, first, bad):
         "float_keys": lambda: store.lookup(first.astype(np.float64), step=1),
         "grad_shape": lambda: store.apply_gradients(result, np.ones((len(result.unique_keys) + 1, config.dim)),
                                                     step=1),
-        "grad_nan": lambda: store.apply_gradients(result, np.full((len(result.unique_keys), config.dim), np.nan),
-                                                  step=1),
+        "grad_nan": lambda: store.apply_gradients(np.concatenate([result.unique_keys, [1]]),
+                                                  np.full((len(result.unique_keys) + 1, config.dim), np.nan), step=1),
         "pad_overflow": lambda: store.lookup(np.arange(5), step=1, pad_to=4),
         "negative_step": lambda: store.lookup(np.arange(3), step=-1),
         "int32_overflow": lambda: store.lookup(np.array([2**40, 1]), step=1) if config.key_dtype == "int32"
