@@ -13,12 +13,13 @@ mxRec's sparse layout (reference section 3), one folder per table::
                                               clock, format version
 
 Files are raw little-endian.  A table is written into a temporary sibling
-folder and moved into place with one rename, so a reader sees the old
-complete table or the new complete table (CKPT-4); the crash-safe manifest
-comes with issue 7.
+folder, its ``manifest.json`` (every file's size and SHA-256) last, and moved
+into place with one rename, so a reader sees the old complete table or the
+new complete table (CKPT-4); ``read_table`` verifies the manifest (CKPT-8).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -67,6 +68,7 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
         "clock_source": state.clock_source,
     }
     (temporary / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
+    _write_manifest(temporary)
     _replace(temporary, final)
     return str(final)
 
@@ -85,6 +87,7 @@ def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, so
     if not (folder / "meta.json").is_file():
         raise CheckpointError(f"table {table!r}: directory: no table {saved_name!r} in checkpoint {str(root)!r} "
                               f"(tables present: {list_tables(root)})")
+    _verify_manifest(folder, table)
     meta = _read_meta(folder, table)
     if meta["dim"] != config.dim:
         raise CheckpointError(f"table {table!r}: dim: the checkpoint has dim {meta['dim']}, "
@@ -135,6 +138,47 @@ def list_tables(directory) -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file() and not p.name.startswith("."))
+
+
+# --------------------------------------------------------------- manifest
+MANIFEST = "manifest.json"
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_manifest(folder: Path) -> None:
+    """Every file of the table with its size and SHA-256, written last (CKPT-8)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    entries = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _file_digest(p)} for p in files}
+    path = folder / MANIFEST
+    with open(path, "w") as f:
+        json.dump({"format_version": FORMAT_VERSION, "files": entries}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _verify_manifest(folder: Path, table: str) -> None:
+    path = folder / MANIFEST
+    if not path.is_file():
+        _corrupt(table, path, "manifest is missing: the table was not written completely")
+    try:
+        entries = json.loads(path.read_text())["files"]
+    except (OSError, ValueError, KeyError) as exc:
+        _corrupt(table, path, f"unreadable manifest ({exc})")
+    for name, entry in sorted(entries.items()):
+        file = folder / name
+        if not file.is_file():
+            _corrupt(table, file, "file listed in the manifest is missing")
+        if file.stat().st_size != entry["bytes"]:
+            _corrupt(table, file, f"holds {file.stat().st_size} bytes, the manifest says {entry['bytes']}")
+        if _file_digest(file) != entry["sha256"]:
+            _corrupt(table, file, "checksum differs from the manifest: the file is corrupted")
 
 
 # ------------------------------------------------------------------ files
@@ -193,5 +237,15 @@ def _replace(temporary: Path, final: Path) -> None:
             shutil.rmtree(old)
         os.rename(final, old)
     os.rename(temporary, final)
+    _fsync_directory(final.parent)
     if old.exists():
         shutil.rmtree(old)
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Make the rename itself durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -13,6 +13,8 @@ import os
 import re
 import shutil
 
+import numpy as np
+import tensorflow as tf
 from tensorflow.python.training import saver as tf_saver
 
 from .config_initializer import ConfigInitializer
@@ -42,25 +44,39 @@ def restore_tables(checkpoint_path: str) -> None:
         table.store.load(source)
 
 
-def _prune(saver, checkpoint_path: str) -> None:
-    """Delete sparse folders whose dense checkpoint the Saver has pruned."""
+def _prune(checkpoint_path: str) -> None:
+    """Delete sparse folders whose dense checkpoint is gone: pruned by
+    ``max_to_keep``, or never finished (a save that crashed before its dense part)."""
     head, tail = os.path.split(checkpoint_path)
     prefix = re.sub(r"-\d+$", "", tail)
-    keep = {os.path.basename(p) for p in saver.last_checkpoints}
     pattern = re.compile(rf"^sparse-{re.escape(prefix)}-\d+$")
     for entry in os.listdir(head or "."):
-        if pattern.match(entry) and entry[len("sparse-"):] not in keep:
+        dense_index = os.path.join(head, entry[len("sparse-"):] + ".index")
+        if pattern.match(entry) and not os.path.exists(dense_index):
             shutil.rmtree(os.path.join(head, entry), ignore_errors=True)
 
 
 def _save(self, sess, save_path, global_step=None, *args, **kwargs):
-    path = _ORIGINAL["save"](self, sess, save_path, global_step, *args, **kwargs)
+    """Tables first, then the dense checkpoint: TF writes its ``checkpoint``
+    state file last, so a checkpoint is listed only once its tables are
+    complete; a crash in between leaves an unlisted sparse folder (TF-6, CKPT-8)."""
     from . import config_initializer
 
+    if config_initializer.is_initialized():
+        save_tables(_checkpoint_path(sess, save_path, global_step))
+    path = _ORIGINAL["save"](self, sess, save_path, global_step, *args, **kwargs)
     if path and config_initializer.is_initialized():
-        save_tables(path)
-        _prune(self, path)
+        _prune(path)
     return path
+
+
+def _checkpoint_path(sess, save_path: str, global_step) -> str:
+    """The prefix TF's Saver.save will write (its own naming rule)."""
+    if global_step is None:
+        return save_path
+    if not isinstance(global_step, (int, np.integer)):
+        global_step = tf.compat.v1.train.global_step(sess, global_step)
+    return f"{save_path}-{int(global_step)}"
 
 
 def _restore(self, sess, save_path):
