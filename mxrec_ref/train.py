@@ -41,6 +41,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     save_checkpoint_steps: int = 200
     device_vocabulary_size: int = 50_000
+    warm_start: str | None = None    # a checkpoint (or folder) to warm-start tables and dense variables from
     seed: int = 0
     progress: bool = True
 
@@ -67,6 +68,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir)
     parser.add_argument("--save-checkpoint-steps", type=int, default=d.save_checkpoint_steps)
     parser.add_argument("--device-vocabulary-size", type=int, default=d.device_vocabulary_size)
+    parser.add_argument("--warm-start", default=d.warm_start,
+                        help="warm-start every table and dense variable from this checkpoint or folder")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
@@ -220,6 +223,9 @@ def _train(tf, mx, config, data, train_data, test_data, echo):
                                        config.dim, eval_batch["dense"], data.dense.shape[1]))
 
     evict_hook = mx.EvictHook(evict_enable=evicting, evict_step_interval=config.evict_step_interval)
+    hooks = [evict_hook]
+    if config.warm_start:
+        hooks.append(mx.WarmStartHook(mx.WarmStartSettings(config.warm_start)))
     checkpoint_dir = config.checkpoint_dir or tempfile.mkdtemp(prefix="mxrec-train-")
     echo(f"mxrec-ref train: Wide&Deep on {data.name} ({len(train_data.labels)} train / {len(test_data.labels)} test "
          f"rows, {len(data.field_names)} fields), backend={config.backend}, storage={config.storage}, "
@@ -245,7 +251,7 @@ def _train(tf, mx, config, data, train_data, test_data, echo):
     with _progress(config) as progress, tf.compat.v1.train.MonitoredTrainingSession(
             checkpoint_dir=checkpoint_dir, save_checkpoint_steps=config.save_checkpoint_steps,
             save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None,
-            hooks=[evict_hook]) as session:
+            hooks=hooks) as session:
         step = session.run(global_step)
         while step < config.steps:
             tick = time.perf_counter()

@@ -55,3 +55,17 @@ def test_train_job_auc_rises_with_admission_eviction_and_checkpoints(backend, tm
     assert stats["evicted"] > 0 and stats["pending"] > 0 and stats["growths"] > 0
     assert any(p.name.startswith("sparse-model.ckpt-") for p in tmp_path.iterdir())
     assert any("test AUC" in line for line in lines)
+
+
+def test_ws_8_train_warm_start_flag(tmp_path):
+    first = train.TrainConfig(backend="ref", rows=20_000, steps=60, batch_size=256, eval_every=60,
+                              checkpoint_dir=str(tmp_path / "a"), save_checkpoint_steps=60, progress=False)
+    before = train.run(first, echo=lambda line: None)
+    second = train.TrainConfig(backend="ref", rows=20_000, steps=1, batch_size=256, eval_every=1,
+                               checkpoint_dir=str(tmp_path / "b"), warm_start=str(tmp_path / "a"), progress=False)
+    after = train.run(second, echo=lambda line: None)
+    trained = before["history"][-1]["test_auc"]
+    assert trained > 0.55
+    # one step after the warm start the model is as good as the run it came from, not a fresh one
+    assert after["history"][0]["test_auc"] > trained - 0.02
+    assert after["stats"]["deep"]["size"] >= before["stats"]["deep"]["size"]
