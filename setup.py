@@ -13,7 +13,7 @@ HERE = Path(__file__).parent
 
 extensions = [
     Extension(
-        f"mxrec_ref._{pyx.stem}",
+        f"mxrec_ref.{pyx.stem}",      # cext/_fast.pyx -> mxrec_ref._fast
         [str(pyx.relative_to(HERE))],
         include_dirs=[numpy.get_include(), "cext"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],

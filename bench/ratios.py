@@ -33,7 +33,8 @@ def ratios(report: dict) -> list[dict]:
     if "bytes_per_key" in extra:
         floor = 8 + 4 * 16
         rows.append({"group": "memory: bytes per key / (8 + 4*dim)", "versus": "8 + 4*dim",
-                     "ratio": extra["bytes_per_key"] / floor, "candidate_ms": None, "other_ms": None})
+                     "ratio": extra["bytes_per_key"] / floor, "candidate_ms": None, "other_ms": None,
+                     "better": "lower"})
     return rows
 
 

@@ -8,12 +8,21 @@ like hashed features rather than dense ranks.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 
-UNIVERSE = 1_000_000
-BATCH = 65_536
+# MXREC_BENCH_PROFILE=quick shrinks every table 10x (the `mxrec-ref bench` default: under 3 minutes on 2 cores)
+PROFILE = os.environ.get("MXREC_BENCH_PROFILE", "full")
+
+
+def size_scaled(n: int) -> int:
+    return max(1000, n // 10) if PROFILE == "quick" else n
+
+
+UNIVERSE = size_scaled(1_000_000)
+BATCH = 65_536 if PROFILE != "quick" else 16_384
 DIM = 16
 ZIPF_EXPONENT = 1.05
 FIELD_STATS = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_sample" / "field_stats.json"

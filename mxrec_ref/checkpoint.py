@@ -116,6 +116,8 @@ def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, so
     if np.intersect1d(keys, pending).size:
         _corrupt(table, folder / "feat_info", "a key is both admitted and pending")
     all_keys = feat[:, 0]
+    if (all_keys == -1).any():
+        _corrupt(table, folder / "feat_info", "holds the padding key -1, which never has a row (ADM-6)")
     if all_keys.size and (all_keys.min() < config.key_min or all_keys.max() > config.key_max):
         bad = int(all_keys.min() if all_keys.min() < config.key_min else all_keys.max())
         raise CheckpointError(f"table {table!r}: key_dtype: checkpoint key {bad} does not fit the table's "

@@ -17,7 +17,19 @@ def main(argv: list[str] | None = None) -> int:
 
     train_module.build_parser(commands.add_parser(
         "train", help="train a Wide&Deep model through the TF layer (the main job; see `make demo`)"))
+    bench = commands.add_parser("bench", help="run the benchmarks and report ratios measured in one run")
+    bench.add_argument("--full", action="store_true", help="1M-key tables (default: the quick profile, 10x smaller)")
+    bench.add_argument("--compare", action="store_true", help="exit 1 when a ratio regresses past --margin")
+    bench.add_argument("--baseline", help="baseline JSON (default: bench/baseline.json)")
+    bench.add_argument("--margin", type=float, default=0.30)
+    bench.add_argument("--output", help="where to write the ratios JSON (default: bench-ratios.json)")
+    bench.add_argument("--scaling", action="store_true", help="lookup and training cost vs table size (CSV + PNG)")
+    bench.add_argument("--max-size", type=int, default=10**6, help="largest table for --scaling (10**7 opt-in)")
     args = parser.parse_args(argv)
+    if args.command == "bench":
+        from . import benchmarks
+
+        return benchmarks.main(args)
     if args.command == "train":
         train_module.run(train_module.config_from_args(args))
     elif args.command == "demo":

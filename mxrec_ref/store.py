@@ -328,8 +328,8 @@ class Store(ABC):
         if array is None or array.dtype.kind not in "iu" or array.shape != shape:
             got = "not an array" if array is None else f"{array.dtype.name} {array.shape}"
             raise KeyInputError(f"table {self.name!r}: counts: must be integers shaped like keys {shape}, got {got}")
-        if array.size and (int(array.min()) < 0 or int(array.max()) > 2**31 - 1):
-            raise KeyInputError(f"table {self.name!r}: counts: each must be in [0, 2**31-1]")
+        if array.size and (int(array.min()) < 1 or int(array.max()) > 2**31 - 1):
+            raise KeyInputError(f"table {self.name!r}: counts: each must be in [1, 2**31-1]")
         return np.array(array.reshape(-1), dtype=np.int64)
 
     def _check_grads(self, grad_rows, n: int) -> np.ndarray:

@@ -70,7 +70,7 @@ class RefVersusFast(RuleBasedStateMachine):
     def train_lookup(self, batch, advance, use_timestamp, pad, weighted):
         batch = self._keys(batch)
         self.step += advance
-        counts = (np.arange(batch.size) % 3) if weighted else None
+        counts = (np.arange(batch.size) % 3 + 1) if weighted else None
         a, b = self._both("lookup", batch, step=self.step, timestamp=self.step * 10 if use_timestamp else None,
                           pad_to=pad, counts=counts)
         if a is not None:

@@ -1,0 +1,234 @@
+"""The fast store: the reference's rules over the Cython core in cext/_fast.pyx.
+
+``FastStore`` must agree bit for bit with ``mxrec_ref.ref.RefStore`` after
+every call (tests/test_differential.py).  The split:
+
+* here, in Python: everything that raises, the capacity and growth rule, the
+  table clock, the statistics counters, the initializer call and the
+  optimizer's scalar hyper-parameters (rounded to float32 exactly as
+  ``ref/optimizer_math.py`` rounds them);
+* in ``mxrec_ref._fast.FastCore``: the key history (hash map), row placement,
+  row storage, batch dedup, gathers and the optimizer loops, each without the
+  GIL.
+
+A training lookup is planned (nothing changes), checked, then committed, so
+an error leaves the store as it was (CON-4).  Messages are copied from the
+reference so both backends fail identically.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._fast import FastCore
+from .config import TableConfig
+from .errors import CapacityError, UsageError
+from .initializers import initial_rows
+from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
+from .store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
+
+F32 = np.float32
+
+
+class FastStore(Store):
+    backend_name = "fast"
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
+        super().__init__(config, optimizer)
+        self._default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
+        initial = self.optimizer.slot_initial_values()
+        # A slot without an initial value keeps what its row held, as in the
+        # reference's _place (only possible for a custom optimizer).
+        self._core = FastCore(config.dim, [initial.get(name) for name in self.optimizer.slot_names])
+        self._slot_index = {name: i for i, name in enumerate(self.optimizer.slot_names)}
+        self._counters = {name: 0 for name in STAT_NAMES}
+        self._capacity_rows = config.device_vocabulary_size
+        self.clock: int | None = None
+        self.clock_source: str | None = None
+
+    # -------------------------------------------------------------- lookup
+    def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        core = self._core
+        unique, inverse, occurrences = core.dedup(keys, counts)
+        n_unique = len(unique)
+        if pad_to is not None and n_unique > pad_to:
+            raise UsageError(f"table {self.name!r}: send_count: the batch has {n_unique} unique keys, "
+                             f"more than send_count={pad_to}; raise send_count")
+        total = n_unique if pad_to is None else max(pad_to, n_unique)
+        if train:
+            rows, admitted = self._train_lookup(unique, occurrences, step, timestamp, total)
+        else:
+            rows, admitted = core.lookup_eval(unique, total, self._default_row)
+        self._count_positions(train, keys, inverse, admitted)
+        if total > n_unique:
+            unique = np.concatenate([unique, np.full(total - n_unique, PADDING_KEY, dtype=np.int64)])
+        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
+                            n_unique, id(self))
+
+    def _train_lookup(self, unique, occurrences, step, timestamp, total):
+        """Count, admit and place rows (ADM-*, EXP-*); returns the lookup's
+        (rows, admitted).  All checks happen before the commit."""
+        source, time = ("timestamp", timestamp) if timestamp is not None else ("step", step)
+        if self.clock_source is not None and source != self.clock_source:
+            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
+                             f"a training lookup must not switch it to the {source} (CON-5)")
+        core = self._core
+        tags, new_counts, admit, n_new = core.plan_train(
+            unique, occurrences, self.config.faae_coefficient, self.config.admit_threshold)
+        self._reserve(len(admit))
+        init = None
+        if len(admit):
+            # The shared initializer, in first-occurrence order (INIT-1).
+            init = np.ascontiguousarray(initial_rows(self.config, unique[admit]), dtype=np.float32)
+        clock = time if self.clock is None else max(self.clock, time)
+        rows, admitted = core.commit_train(unique, tags, new_counts, admit, n_new, clock, init,
+                                           self._capacity_rows, total, self._default_row)
+        self.clock, self.clock_source = clock, source
+        self._counters["admitted"] += len(admit)
+        self._counters["train_lookups"] += 1
+        return rows, admitted
+
+    def _reserve(self, n_new: int) -> None:
+        """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
+        needed = self._core.size + n_new
+        if needed <= self._capacity_rows:
+            return
+        if not self.config.dynamic_expansion:
+            raise CapacityError(
+                f"table {self.name!r}: device_vocabulary_size: the batch needs {needed} rows but the table "
+                f"holds {self._capacity_rows}; raise device_vocabulary_size to at least {needed} or turn on "
+                f"dynamic expansion (nothing was changed)")
+        self._capacity_rows = max(2 * self._capacity_rows, needed)
+        self._counters["growths"] += 1
+
+    def _count_positions(self, train: bool, keys, inverse, admitted) -> None:
+        padding, with_row = self._core.position_stats(keys, inverse, admitted)
+        real = keys.size - padding
+        counters = self._counters
+        if not train:
+            counters["eval_lookups"] += 1
+        counters["padding_positions"] += padding
+        counters["key_positions"] += real
+        counters["default_positions"] += real - with_row
+
+    # ----------------------------------------------------------- gradients
+    def _apply(self, keys, grads, mask, step) -> int:
+        positions, rows = self._core.resolve_rows(keys, mask)
+        self._update(rows, positions, grads, step)
+        self._counters["grad_applies"] += 1
+        self._counters["grad_rows_applied"] += len(rows)
+        self._counters["grad_rows_dropped"] += len(keys) - len(rows)
+        return len(rows)
+
+    def _update(self, rows, positions, grads, step) -> None:
+        """One optimizer step on ``rows``; scalars rounded to float32 exactly
+        as ref/optimizer_math.py rounds them."""
+        opt, core, slot = self.optimizer, self._core, self._slot_index
+        if isinstance(opt, SGD):
+            decay = opt.weight_decay is not None
+            core.sgd(rows, positions, grads, F32(opt.learning_rate), decay,
+                     F32(opt.weight_decay) if decay else F32(0.0))
+        elif isinstance(opt, Adagrad):
+            core.adagrad(rows, positions, grads, F32(opt.learning_rate), slot["accumulator"])
+        elif isinstance(opt, LazyAdam):
+            b1, b2, one = F32(opt.beta1), F32(opt.beta2), F32(1.0)
+            core.lazy_adam(rows, positions, grads, b1, one - b1, b2, one - b2,
+                           opt.step_learning_rate(step), F32(opt.epsilon), slot["momentum"], slot["velocity"])
+        elif isinstance(opt, Ftrl):
+            self._ftrl(opt, rows, positions, grads)
+        else:  # the reference raises the same, from apply_update
+            raise TypeError(f"unknown optimizer {opt!r}")
+
+    def _ftrl(self, opt: Ftrl, rows, positions, grads) -> None:
+        core, slot = self._core, self._slot_index
+        scalars = (F32(opt.learning_rate), F32(opt.l1_regularization_strength),
+                   F32(opt.l2_regularization_strength), F32(opt.l2_shrinkage_regularization_strength))
+        if opt.uses_sqrt:
+            core.ftrl_sqrt(rows, positions, grads, *scalars, slot["accum"], slot["linear"])
+            return
+        # acc^-power comes from numpy, the function the reference calls: its
+        # SIMD power differs from libm's powf in the last bit (see _fast.pyx).
+        acc, acc_new = core.ftrl_accumulate(rows, positions, grads, slot["accum"])
+        power = F32(-opt.learning_rate_power)
+        core.ftrl_power(rows, positions, grads, acc_new, np.power(acc_new, power), np.power(acc, power),
+                        *scalars, slot["accum"], slot["linear"])
+
+    # ------------------------------------------------------------ eviction
+    def _evict(self, now):
+        if now is None:
+            now = self.clock
+        if now is None:
+            return np.zeros(0, dtype=np.int64)
+        expired = self._core.expired_keys(now - self.config.eviction_threshold)
+        admitted, pending = self._core.remove_keys(expired)   # ascending key order (EVI-3)
+        self._counters["evicted"] += admitted
+        self._counters["evicted_pending"] += pending
+        return expired
+
+    # ------------------------------------------------------------- queries
+    def _size(self) -> int:
+        return self._core.size
+
+    def _capacity(self) -> int:
+        return self._capacity_rows
+
+    def _stats(self):
+        stats = dict(self._counters)
+        stats["size"] = self._core.size
+        stats["capacity"] = self._capacity_rows
+        stats["pending"] = self._core.history_size - self._core.size
+        return stats
+
+    def _row_handles(self, keys):
+        return self._core.row_handles(keys)
+
+    def bytes_per_key(self) -> float:
+        """Bytes of the hash map, key entries (key, count, last seen), free
+        list and row values -- optimizer slots excluded -- per key holding a
+        row; nan for an empty table.  Counts memory written so far (what is
+        resident); ``memory_breakdown(allocated=True)`` gives reserved bytes."""
+        with self._lock:
+            size = self._core.size
+            return sum(self._core.memory_bytes().values()) / size if size else float("nan")
+
+    def memory_breakdown(self, allocated: bool = False) -> dict[str, int]:
+        """The bytes behind ``bytes_per_key``, by structure."""
+        with self._lock:
+            return self._core.memory_bytes(allocated)
+
+    def _export(self) -> TableState:
+        core = self._core
+        keys, counts, last_seen, rows = core.export_entries(True)
+        pending, pending_counts, pending_seen, _ = core.export_entries(False)
+        return TableState(
+            keys=keys,
+            values=core.copy_rows(rows, -1),
+            slots={name: core.copy_rows(rows, i) for name, i in self._slot_index.items()},
+            counts=counts,
+            last_seen=last_seen,
+            pending_keys=pending,
+            pending_counts=pending_counts,
+            pending_last_seen=pending_seen,
+            clock=self.clock,
+            clock_source=self.clock_source,
+        )
+
+    def _import_state(self, state: TableState) -> None:
+        """Loaded keys take rows 0..n-1 in ascending key order (CKPT-6);
+        counters are kept."""
+        core = self._core
+        slot_arrays = [state.slots[name] for name in self._slot_index]
+        core.clear()
+        self.clock = self.clock_source = None
+        n = len(state.keys)
+        self._capacity_rows = self.config.device_vocabulary_size
+        if self.config.dynamic_expansion:
+            self._capacity_rows = max(self.config.device_vocabulary_size, n)
+        core.load_rows(self._capacity_rows, state.values, slot_arrays)
+        core.load_entries(_int64(state.keys), _int64(state.counts), _int64(state.last_seen), True)
+        core.load_entries(_int64(state.pending_keys), _int64(state.pending_counts),
+                          _int64(state.pending_last_seen), False)
+        self.clock, self.clock_source = state.clock, state.clock_source
+
+
+def _int64(array) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.int64).reshape(-1)
