@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._fast import FastCore
+from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
 from .errors import CapacityError, UsageError
 from .initializers import initial_rows
@@ -78,7 +78,7 @@ class FastStore(Store):
         init = None
         if len(admit):
             # The shared initializer, in first-occurrence order (INIT-1).
-            init = np.ascontiguousarray(initial_rows(self.config, unique[admit]), dtype=np.float32)
+            init = _initial_rows(self.config, unique[admit])
         clock = time if self.clock is None else max(self.clock, time)
         rows, admitted = core.commit_train(unique, tags, new_counts, admit, n_new, clock, init,
                                            self._capacity_rows, total, self._default_row)
@@ -228,6 +228,23 @@ class FastStore(Store):
         core.load_entries(_int64(state.pending_keys), _int64(state.pending_counts),
                           _int64(state.pending_last_seen), False)
         self.clock, self.clock_source = state.clock, state.clock_source
+
+
+def _initial_rows(config: TableConfig, keys: np.ndarray) -> np.ndarray:
+    """initializers.initial_rows with the integer kernel in C, and uniform
+    rows entirely in C (same float operations in the same order)."""
+    init = config.initializer
+    if init.kind == "uniform":
+        from .initializers import counter_base
+
+        return uniform_rows(counter_base(init.seed, 0, 0), np.ascontiguousarray(keys, dtype=np.int64), config.dim,
+                            float(init.minval), float(init.maxval) - float(init.minval), float(config.init_param))
+    return np.ascontiguousarray(initial_rows(config, keys, mix=_mix_bits), dtype=np.float32)
+
+
+def _mix_bits(base: int, keys: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The initializer's integer kernel in C (INIT-2): same bits as numpy's."""
+    return mix_bits(base, np.ascontiguousarray(keys, dtype=np.int64), np.ascontiguousarray(cols, dtype=np.int64))
 
 
 def _int64(array) -> np.ndarray:
