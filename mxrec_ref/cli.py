@@ -25,7 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--output", help="where to write the ratios JSON (default: bench-ratios.json)")
     bench.add_argument("--scaling", action="store_true", help="lookup and training cost vs table size (CSV + PNG)")
     bench.add_argument("--max-size", type=int, default=10**6, help="largest table for --scaling (10**7 opt-in)")
+    conformance = commands.add_parser("conformance", help="run the spec's rules against a store implementation")
+    conformance.add_argument("--backend", default="ref,fast",
+                             help="ref, fast or module:factory (a callable (config, optimizer) -> Store); "
+                                  "comma-separated for several")
+    conformance.add_argument("--deep", action="store_true", help="the deep hypothesis profile (2000 examples)")
+    conformance.add_argument("--rules", default="", help="only these rules or prefixes, e.g. ADM,EVI-3")
     args = parser.parse_args(argv)
+    if args.command == "conformance":
+        from .conformance import run
+
+        return run.main(args)
     if args.command == "bench":
         from . import benchmarks
 

@@ -14,7 +14,8 @@ def _rules():
 
 
 def _mentions():
-    text = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    files = [*(ROOT / "tests").glob("test_*.py"), *(ROOT / "mxrec_ref" / "conformance").glob("test_*.py")]
+    text = "\n".join(p.read_text() for p in files)
     ids = set(re.findall(r"\b([A-Z]+-\d+)\b", text))
     # test names spell rules as test_adm_8_...: ADM-8
     ids |= {f"{m.group(1).upper()}-{m.group(2)}" for m in re.finditer(r"def test_([a-z]+)_(\d+)_", text)}

@@ -72,7 +72,7 @@ class RefStore(Store):
             raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
                              f"a training lookup must not switch it to the {source} (CON-5)")
         coefficient = self.config.faae_coefficient
-        threshold = self.config.admit_threshold
+        threshold = self._admit_threshold()
         new_counts = {}
         to_admit = []
         for key, n in zip(unique.tolist(), occurrences.tolist()):
@@ -92,6 +92,9 @@ class RefStore(Store):
         self._place(to_admit)
         self._counters["train_lookups"] += 1
         return np.array([k in self._row_of for k in unique.tolist()], dtype=bool)
+
+    def _admit_threshold(self) -> int:
+        return self.config.admit_threshold
 
     def _reserve(self, n_new: int) -> None:
         """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""

@@ -9,8 +9,9 @@ SCRIPT = """
 import hashlib, sys
 import numpy as np
 from mxrec_ref import Adagrad, TableConfig, open_store
+from mxrec_ref.conformance.plugin import resolve_backend
 store = open_store(TableConfig("t", dim=4, device_vocabulary_size=8, dynamic_expansion=True,
-                               access_threshold=2, eviction_threshold=3), Adagrad(0.1), backend=sys.argv[1])
+                               access_threshold=2, eviction_threshold=3), Adagrad(0.1), backend=resolve_backend(sys.argv[1]))
 rng = np.random.default_rng(5)
 for step in range(20):
     batch = rng.zipf(1.3, size=200) % 10_007 - 1
@@ -30,7 +31,7 @@ print(digest.hexdigest())
 def _digest(backend: str, hash_seed: str) -> str:
     env = dict(os.environ, PYTHONHASHSEED=hash_seed)
     out = subprocess.run([sys.executable, "-c", SCRIPT, backend], env=env, capture_output=True, text=True,
-                         check=True, cwd=Path(__file__).parent)
+                         check=True)
     return out.stdout.strip()
 
 

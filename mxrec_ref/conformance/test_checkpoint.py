@@ -6,7 +6,7 @@ import pytest
 
 from mxrec_ref import (Adagrad, CapacityError, CheckpointError, Ftrl, LazyAdam, TableConfig, open_store)
 
-from helpers import assert_unchanged, keys, make_store, snapshot
+from .helpers import assert_unchanged, keys, make_store, snapshot
 
 
 def _trained(backend, optimizer=None, **extra):

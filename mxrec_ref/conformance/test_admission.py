@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from helpers import keys, make_store
+from .helpers import keys, make_store
 
 
 def test_adm_8_worked_example_from_mxrec(backend):

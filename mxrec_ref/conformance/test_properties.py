@@ -6,8 +6,8 @@ from hypothesis import given, strategies as st
 
 from mxrec_ref import MxrecError, open_store
 
-from helpers import assert_unchanged, snapshot
-from strategies import gradients, key_batches, optimizers, table_configs
+from .helpers import assert_unchanged, snapshot
+from .strategies import gradients, key_batches, optimizers, table_configs
 
 operations = st.lists(
     st.one_of(
