@@ -29,20 +29,20 @@ def _tag(benchmark, group, role, **info):
 INSERT_BATCHES = zipf_batches(3, seed=1)
 
 
-@pytest.mark.parametrize("backend", ["fast", "ref"])
-def test_lookup_with_insert_stream(benchmark, backend):
+@pytest.mark.parametrize("store_backend", ["fast", "ref"])
+def test_lookup_with_insert_stream(benchmark, store_backend):
     """Three 64k-position Zipf batches into an empty growing table: every
     batch inserts thousands of new keys (ratio target: ref/fast >= 50)."""
     def setup():
-        store = open_store(_config(device_vocabulary_size=1024, dynamic_expansion=True), SGD(0.01), backend=backend)
+        store = open_store(_config(device_vocabulary_size=1024, dynamic_expansion=True), SGD(0.01), backend=store_backend)
         return (store,), {}
 
     def run(store):
         for step, batch in enumerate(INSERT_BATCHES):
             store.lookup(batch, step=step)
 
-    _tag(benchmark, "insert: ref / fast", "candidate" if backend == "fast" else "baseline")
-    benchmark.pedantic(run, setup=setup, rounds=ROUNDS if backend == "fast" else 3)
+    _tag(benchmark, "insert: ref / fast", "candidate" if store_backend == "fast" else "reference")
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS if store_backend == "fast" else 3)
 
 
 # ------------------------------------------------ fast vs TF hash tables

