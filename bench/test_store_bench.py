@@ -13,7 +13,7 @@ from mxrec_ref import Initializer, SGD, TableConfig, open_store
 
 from workloads import BATCH, DIM, UNIVERSE, all_keys, zipf_batches
 
-ROUNDS = 5
+ROUNDS = 8
 
 
 def _config(**extra):

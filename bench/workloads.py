@@ -22,7 +22,7 @@ def size_scaled(n: int) -> int:
 
 
 UNIVERSE = size_scaled(1_000_000)
-BATCH = 65_536 if PROFILE != "quick" else 16_384
+BATCH = 65_536
 DIM = 16
 ZIPF_EXPONENT = 1.05
 FIELD_STATS = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo_kaggle_sample" / "field_stats.json"
