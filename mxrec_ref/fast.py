@@ -73,7 +73,7 @@ class FastStore(Store):
                              f"a training lookup must not switch it to the {source} (CON-5)")
         core = self._core
         tags, new_counts, admit, n_new = core.plan_train(
-            unique, occurrences, self.config.faae_coefficient, self.config.admit_threshold)
+            unique, occurrences, self.effective_coefficient(), self.config.admit_threshold)
         self._reserve(len(admit))
         init = None
         if len(admit):

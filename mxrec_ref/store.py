@@ -13,6 +13,7 @@ only.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -125,6 +126,7 @@ class Store(ABC):
                             f"got {type(optimizer).__name__}")
         self.config = config
         self.optimizer = optimizer
+        self.counting = True      # False after set_threshold(0): counts frozen (ADM-9)
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- API
@@ -190,6 +192,25 @@ class Store(ABC):
         now = self._check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
             return self._evict(now)
+
+    def set_threshold(self, threshold: int) -> None:
+        """mxRec's run-time ``set_threshold`` (ADM-9): ``threshold > 0`` becomes the
+        new access_threshold for later lookups; ``0`` stops counting (counts are
+        frozen, the threshold is kept); counting resumes with the next positive
+        threshold.  Keys already admitted stay admitted."""
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, np.integer)) \
+                or not 0 <= int(threshold) <= 2**31 - 1:
+            raise UsageError(f"table {self.name!r}: threshold: must be an integer in [0, 2**31-1], got {threshold!r}")
+        with self._lock:
+            if int(threshold) == 0:
+                self.counting = False
+                return
+            self.config = dataclasses.replace(self.config, access_threshold=int(threshold))
+            self.counting = True
+
+    def effective_coefficient(self) -> int:
+        """What a training access adds to a count now: faae_coefficient, or 0 while counting is off."""
+        return self.config.faae_coefficient if self.counting else 0
 
     def size(self) -> int:
         with self._lock:

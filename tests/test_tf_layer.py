@@ -242,3 +242,21 @@ def test_tf_10_initializers_map_to_the_counter_based_generator(backend):
     with tf.compat.v1.Session() as session:
         out = session.run(emb)
     assert np.array_equal(out, initializers.initial_rows(table.config, np.array([11])))
+
+
+def test_tf_11_set_threshold_op(backend):
+    """ADM-9 through mxRec's set_threshold op."""
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    emb = mx.sparse_lookup(table, ids, modify_graph=True, access_and_evict_config={"access_threshold": 5})
+    lower = mx.set_threshold(2, emb_name="t")
+    with tf.compat.v1.Session() as session:
+        session.run(emb, {ids: [3]})
+        assert table.size() == 0
+        session.run(lower)
+        session.run(emb, {ids: [3]})
+    assert table.size() == 1 and table.store.config.access_threshold == 2
+    with pytest.raises(ValueError, match="no table 'nope'"):
+        mx.set_threshold(2, emb_name="nope")

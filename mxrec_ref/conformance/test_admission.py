@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from mxrec_ref import UsageError
+
 from .helpers import keys, make_store
 
 
@@ -78,3 +80,20 @@ def test_adm_2_admission_off_admits_on_first_access(backend):
     for threshold in (None, -1, 0, 1):
         store = make_store(backend, device_vocabulary_size=8, access_threshold=threshold)
         assert store.lookup(keys(4), step=0).admitted.tolist() == [True]
+
+
+def test_adm_9_set_threshold_at_run_time(backend):
+    store = make_store(backend, device_vocabulary_size=16, access_threshold=3)
+    store.lookup(keys(1, 1), step=0)                      # count 2: pending
+    store.set_threshold(2)
+    assert store.lookup(keys(1), step=1).admitted.tolist() == [True]   # 3 >= 2
+    store.lookup(keys(4), step=2)
+    store.set_threshold(0)                                # counting off
+    store.lookup(keys(4, 4, 4, 7), step=3)
+    state = store.export()
+    assert state.pending_counts.tolist() == [1, 0]        # 4 frozen at 1; 7 entered with 0
+    assert store.size() == 1
+    store.set_threshold(1)                                # counting on, everyone admitted on access
+    assert store.lookup(keys(7), step=4).admitted.tolist() == [True]
+    with pytest.raises(UsageError, match="threshold"):
+        store.set_threshold(-1)

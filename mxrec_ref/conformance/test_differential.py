@@ -112,6 +112,10 @@ class RefVersusFast(RuleBasedStateMachine):
         a, b = self._both("evict", now)
         assert a.tolist() == b.tolist()
 
+    @rule(threshold=st.sampled_from([0, 1, 2, 3]))
+    def set_threshold(self, threshold):
+        self._both("set_threshold", threshold)
+
     @rule(growth=st.integers(20, 400))
     def many_new_keys(self, growth):
         """Bursts of fresh keys: rehashes in the fast map, growth or overflow."""

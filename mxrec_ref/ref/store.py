@@ -71,7 +71,7 @@ class RefStore(Store):
         if self.clock_source is not None and source != self.clock_source:
             raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
                              f"a training lookup must not switch it to the {source} (CON-5)")
-        coefficient = self.config.faae_coefficient
+        coefficient = self.effective_coefficient()
         threshold = self._admit_threshold()
         new_counts = {}
         to_admit = []

@@ -10,7 +10,7 @@ from .config_initializer import ConfigInitializer, init, is_initialized, termina
 from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
 from .hooks import EvictHook
 from .lookup import sparse_lookup
-from .table import SparseTable, create_table
+from .table import SparseTable, create_table, set_threshold
 from .warm_start import WarmStartHook, WarmStartSettings, scaffold_init_fn, warm_start
 
 
@@ -23,4 +23,4 @@ def get_dense_and_sparse_variable():
 __all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_initializer", "FeatureSpec",
            "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "sparse_lookup", "SparseTable",
            "create_table", "get_dense_and_sparse_variable", "constants", "optimizers", "WarmStartHook",
-           "WarmStartSettings", "scaffold_init_fn", "warm_start"]
+           "WarmStartSettings", "scaffold_init_fn", "warm_start", "set_threshold"]

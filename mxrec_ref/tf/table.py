@@ -169,3 +169,20 @@ def initializer_from_tf(initializer, table: str) -> Initializer:
         return Initializer(kind="constant", value=float(value.reshape(-1)[0]))
     raise TypeError(f"table {table!r}: emb_initializer: unsupported initializer {type(initializer).__name__}; "
                     f"use a truncated normal, random uniform, constant, zeros or ones initializer")
+
+
+def set_threshold(threshold, emb_name=None, ids_name=None):
+    """mxRec's run-time ``set_threshold`` op (ADM-9) for table ``emb_name``
+    (``ids_name`` is accepted and ignored, as in mxRec).  Graph mode: returns
+    the op; eagerly it runs at once."""
+    tables = ConfigInitializer.get_instance().tables
+    if emb_name not in tables:
+        raise ValueError(f"set_threshold: emb_name: no table {emb_name!r} (tables: {sorted(tables)})")
+    table = tables[emb_name]
+
+    def apply(value):
+        table.store.set_threshold(int(value))
+        return np.int64(value)
+
+    return tf.numpy_function(apply, [tf.cast(threshold, tf.int64)], tf.int64, stateful=True,
+                             name=f"{emb_name}_set_threshold")
