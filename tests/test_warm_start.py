@@ -1,4 +1,6 @@
 """Custom Warm Start (spec/warmstart.md)."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -169,3 +171,44 @@ def test_ws_8_hook_in_monitored_session_and_across_backends(backend, three_check
     state = tables["table_b"].store.export()
     assert state.keys.tolist() == e1["table_b"].keys.tolist()
     assert np.array_equal(state.values, e1["table_b"].values)
+
+
+def test_ws_8_into_another_storage_mode_and_back(backend, three_checkpoints, tmp_path):
+    """An HBM checkpoint warm-starts a DDR/SSD-configured table (one format for every mode)."""
+    from mxrec_ref import TableConfig, open_store
+
+    (p1, e1, _), _, _ = three_checkpoints
+    sparse = Path(p1).parent / f"sparse-{Path(p1).name}"
+    tiered = open_store(TableConfig("table_a", dim=2, device_vocabulary_size=64, host_vocabulary_size=64,
+                                    ssd_vocabulary_size=64, ssd_data_path=[str(tmp_path)]),
+                        adagrad_store_optimizer(), backend=backend)
+    tiered.warm_start(sparse)
+    state = tiered.export()
+    assert state.keys.tolist() == e1["table_a"].keys.tolist()
+    assert np.array_equal(state.values, e1["table_a"].values)
+    assert np.array_equal(state.slots["accumulator"], e1["table_a"].slots["accumulator"])
+    tiered.save(tmp_path / "back")
+    flat = open_store(TableConfig("table_a", dim=2, device_vocabulary_size=64), adagrad_store_optimizer(),
+                      backend=backend)
+    flat.warm_start(tmp_path / "back")
+    assert np.array_equal(flat.export().values, e1["table_a"].values)
+
+
+def adagrad_store_optimizer():
+    from mxrec_ref import Adagrad
+
+    return Adagrad(learning_rate=0.5)
+
+
+@pytest.mark.eager
+def test_ws_8_eager_warm_start(backend, three_checkpoints):
+    (p1, e1, d1), _, _ = three_checkpoints
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    table = mx.create_table(tf.int64, 2, "table_a", tf.compat.v1.zeros_initializer(), device_vocabulary_size=64)
+    adagrad.create_hash_optimizer(learning_rate=0.5)
+    w = tf.Variable(np.zeros(2, np.float32), name="dense_w")
+    assert tf.executing_eagerly()
+    mx.warm_start(mx.WarmStartSettings(p1, vars_to_warm_start=["table_a", w]))
+    assert w.numpy().tolist() == d1[0].tolist()
+    assert table.store.export().keys.tolist() == e1["table_a"].keys.tolist()
