@@ -166,6 +166,17 @@ class TableConfig:
         return self.eviction_threshold is not None and self.eviction_threshold >= 0
 
     @property
+    def table_capacity(self) -> int:
+        """Rows a fixed-size table holds: the device tier plus the host and SSD
+        tiers, which behave as one flat tier until tiering lands (CFG-10)."""
+        return self.device_vocabulary_size + self.host_vocabulary_size + self.ssd_vocabulary_size
+
+    @property
+    def capacity_parameter(self) -> str:
+        """The size a user raises when the table is full."""
+        return "device_vocabulary_size" if self.host_vocabulary_size == 0 else "host_vocabulary_size"
+
+    @property
     def key_min(self) -> int:
         return int(np.iinfo(self.key_dtype).min)
 

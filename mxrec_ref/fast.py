@@ -21,7 +21,7 @@ import numpy as np
 
 from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
-from .errors import CapacityError, UsageError
+from .errors import UsageError
 from .initializers import initial_rows
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
 from .store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
@@ -41,7 +41,7 @@ class FastStore(Store):
         self._core = FastCore(config.dim, [initial.get(name) for name in self.optimizer.slot_names])
         self._slot_index = {name: i for i, name in enumerate(self.optimizer.slot_names)}
         self._counters = {name: 0 for name in STAT_NAMES}
-        self._capacity_rows = config.device_vocabulary_size
+        self._capacity_rows = config.table_capacity
         self.clock: int | None = None
         self.clock_source: str | None = None
 
@@ -93,10 +93,7 @@ class FastStore(Store):
         if needed <= self._capacity_rows:
             return
         if not self.config.dynamic_expansion:
-            raise CapacityError(
-                f"table {self.name!r}: device_vocabulary_size: the batch needs {needed} rows but the table "
-                f"holds {self._capacity_rows}; raise device_vocabulary_size to at least {needed} or turn on "
-                f"dynamic expansion (nothing was changed)")
+            raise self._capacity_error(needed, self._capacity_rows)
         self._capacity_rows = max(2 * self._capacity_rows, needed)
         self._counters["growths"] += 1
 
@@ -220,9 +217,9 @@ class FastStore(Store):
         core.clear()
         self.clock = self.clock_source = None
         n = len(state.keys)
-        self._capacity_rows = self.config.device_vocabulary_size
+        self._capacity_rows = self.config.table_capacity
         if self.config.dynamic_expansion:
-            self._capacity_rows = max(self.config.device_vocabulary_size, n)
+            self._capacity_rows = max(self.config.table_capacity, n)
         core.load_rows(self._capacity_rows, state.values, slot_arrays)
         core.load_entries(_int64(state.keys), _int64(state.counts), _int64(state.last_seen), True)
         core.load_entries(_int64(state.pending_keys), _int64(state.pending_counts),

@@ -302,10 +302,20 @@ class Store(ABC):
     def _check_fits(self, state: TableState) -> None:
         from .errors import CapacityError
 
-        if not self.config.dynamic_expansion and len(state.keys) > self.config.device_vocabulary_size:
+        if not self.config.dynamic_expansion and len(state.keys) > self.config.table_capacity:
+            parameter = self.config.capacity_parameter
             raise CapacityError(
-                f"table {self.name!r}: device_vocabulary_size: the checkpoint holds {len(state.keys)} keys "
-                f"but the table has {self.config.device_vocabulary_size} rows; raise device_vocabulary_size")
+                f"table {self.name!r}: {parameter}: the checkpoint holds {len(state.keys)} keys "
+                f"but the table has {self.config.table_capacity} rows; raise {parameter}")
+
+    def _capacity_error(self, needed: int, capacity: int) -> Exception:
+        """The error of a training lookup that would overflow a fixed-size table (EXP-2)."""
+        from .errors import CapacityError
+
+        parameter = self.config.capacity_parameter
+        return CapacityError(
+            f"table {self.name!r}: {parameter}: the batch needs {needed} rows but the table holds {capacity}; "
+            f"raise {parameter} to at least {needed} or turn on dynamic expansion (nothing was changed)")
 
     def _check_bool(self, parameter: str, value) -> bool:
         if not isinstance(value, (bool, np.bool_)):

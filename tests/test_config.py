@@ -120,10 +120,14 @@ def test_cfg_9_optimizer_ranges(factory, parameter):
         factory()
 
 
-def test_cfg_10_tier_sizes_are_accepted_and_behave_flat():
-    from mxrec_ref import open_store
+@pytest.mark.parametrize("store_backend", ["ref", "fast"])
+def test_cfg_10_tier_sizes_are_accepted_and_behave_flat(store_backend):
+    from mxrec_ref import CapacityError, open_store
 
-    tiered = open_store(TableConfig("t", dim=2, device_vocabulary_size=4, host_vocabulary_size=8))
-    flat = open_store(TableConfig("t", dim=2, device_vocabulary_size=4))
-    batch = np.array([1, 2, 3])
+    tiered = open_store(TableConfig("t", dim=2, device_vocabulary_size=4, host_vocabulary_size=8), backend=store_backend)
+    flat = open_store(TableConfig("t", dim=2, device_vocabulary_size=12), backend=store_backend)
+    batch = np.arange(10)
+    assert tiered.capacity() == 12
     assert np.array_equal(tiered.lookup(batch, step=0).rows, flat.lookup(batch, step=0).rows)
+    with pytest.raises(CapacityError, match="host_vocabulary_size: .* at least 13"):
+        tiered.lookup(np.arange(13), step=1)

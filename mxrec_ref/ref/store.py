@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import TableConfig
-from ..errors import CapacityError, UsageError
+from ..errors import UsageError
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
@@ -33,7 +33,7 @@ class RefStore(Store):
         self._last_seen: dict[int, int] = {}
         self._free_rows: list[int] = []         # LIFO stack of rows freed by eviction (EXP-4)
         self._next_row = 0                      # rows [0, _next_row) have been handed out once
-        self._capacity_rows = self.config.device_vocabulary_size
+        self._capacity_rows = self.config.table_capacity
         self._values = np.zeros((0, dim), dtype=np.float32)
         self._slots = {name: np.zeros((0, dim), dtype=np.float32) for name in self.optimizer.slot_names}
         self.clock: int | None = None
@@ -102,10 +102,7 @@ class RefStore(Store):
         if needed <= self._capacity_rows:
             return
         if not self.config.dynamic_expansion:
-            raise CapacityError(
-                f"table {self.name!r}: device_vocabulary_size: the batch needs {needed} rows but the table "
-                f"holds {self._capacity_rows}; raise device_vocabulary_size to at least {needed} or turn on "
-                f"dynamic expansion (nothing was changed)")
+            raise self._capacity_error(needed, self._capacity_rows)
         self._capacity_rows = max(2 * self._capacity_rows, needed)
         self._counters["growths"] += 1
 
@@ -228,7 +225,7 @@ class RefStore(Store):
         self._reset()
         n = len(state.keys)
         if self.config.dynamic_expansion:
-            self._capacity_rows = max(self.config.device_vocabulary_size, n)
+            self._capacity_rows = max(self.config.table_capacity, n)
         self._ensure_allocated(n)
         self._next_row = n
         self._values[:n] = state.values
