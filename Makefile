@@ -31,3 +31,14 @@ $(STAMP): setup.cfg setup.py pyproject.toml
 
 clean:
 	rm -rf build mxrec_ref/*.so cext/*.c .pytest_cache .hypothesis .benchmarks
+
+# TFRA's CPU build works only with TF 2.16.2 + numpy 1.26: it gets its own environment.
+PEERS_VENV := .venv-peers
+$(PEERS_VENV)/.installed-stamp:
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q "tensorflow==2.16.2" "tensorflow-recommenders-addons==0.8.1" "numpy==1.26.*"
+	touch $@
+
+.PHONY: bench-peers
+bench-peers: ext $(PEERS_VENV)/.installed-stamp
+	$(PY) bench/peers/run.py $(PEERS_VENV)/bin/python $(PY) 3
