@@ -37,7 +37,11 @@ _INT64 = np.dtype("<i8")
 _FLOAT32 = np.dtype("<f4")
 
 
-def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, state: TableState) -> str:
+def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, state: TableState, *,
+                previous=None, removed: np.ndarray | None = None) -> str:
+    """Write ``state`` as a full table, or -- with ``previous`` (the checkpoint
+    folder it builds on) -- as a delta: ``state`` then holds only the changed
+    keys and ``removed`` the keys gone since ``previous`` (CKPT-9)."""
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     final = root / config.name
@@ -56,6 +60,9 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
         np.stack([state.pending_keys, state.pending_counts, state.pending_last_seen], axis=1).reshape(-1, 3),
     ]).astype(_INT64)
     _write_slice(temporary / "feat_info", feat, [len(feat), 3, 8])
+    if previous is not None:
+        removed = np.zeros(0, np.int64) if removed is None else removed
+        _write_slice(temporary / "removed", removed.astype(_INT64, copy=False), [len(removed), 8])
     meta = {
         "format_version": FORMAT_VERSION,
         "table": config.name,
@@ -66,7 +73,12 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
         "n_pending": len(state.pending_keys),
         "clock": state.clock,
         "clock_source": state.clock_source,
+        "kind": "full" if previous is None else "delta",
+        # the base, relative to this checkpoint folder, so a tree of checkpoints can move
+        "previous": None if previous is None else os.path.relpath(Path(previous).resolve(), root.resolve()),
     }
+    if previous is not None:
+        meta["n_removed"] = len(removed)
     (temporary / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     _write_manifest(temporary)
     _replace(temporary, final)
@@ -74,7 +86,7 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
 
 
 def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, source_table: str | None = None,
-               slots_required: bool = True) -> TableState:
+               slots_required: bool = True, _depth: int = 0) -> TableState:
     """Read and fully validate a table; raises CheckpointError naming the
     table, the file and the problem (CKPT-5).  ``source_table`` reads a table
     saved under another name (warm start with renaming).  With
@@ -132,12 +144,83 @@ def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, so
     clock, source = meta["clock"], meta["clock_source"]
     if source not in (None, "step", "timestamp") or (clock is None) != (source is None):
         _corrupt(table, folder / "meta.json", f"clock {clock!r} / clock_source {source!r} are inconsistent")
-    return TableState(
+    state = TableState(
         keys=keys, values=values, slots=slots,
         counts=feat[:n, 1].copy(), last_seen=feat[:n, 2].copy(),
         pending_keys=pending.copy(), pending_counts=feat[n:, 1].copy(), pending_last_seen=feat[n:, 2].copy(),
         clock=None if clock is None else int(clock), clock_source=source,
     )
+    if meta.get("kind", "full") == "full":
+        return state
+    if _depth >= MAX_DELTA_CHAIN:
+        _corrupt(table, folder / "meta.json", f"more than {MAX_DELTA_CHAIN} deltas in a chain (a cycle?)")
+    removed = _read_slice(folder / "removed", _INT64, [int(meta.get("n_removed", 0)), 8], table)
+    base_root = (root / meta["previous"]).resolve()
+    base = read_table(base_root, config, optimizer, source_table=saved_name, slots_required=slots_required,
+                      _depth=_depth + 1)
+    return apply_delta(base, state, removed)
+
+
+MAX_DELTA_CHAIN = 10_000
+
+
+def delta_between(previous: TableState, current: TableState) -> tuple[TableState, np.ndarray]:
+    """The keys of ``current`` that differ from ``previous`` (new, or any of
+    row, slots, count, last-seen changed), and the keys ``previous`` had that
+    ``current`` has not (CKPT-9)."""
+    def changed(keys, columns, old_keys, old_columns):
+        at = np.minimum(np.searchsorted(old_keys, keys), max(len(old_keys) - 1, 0))
+        if len(old_keys) == 0:
+            return np.ones(len(keys), dtype=bool)
+        same = old_keys[at] == keys
+        for new, old in zip(columns, old_columns):
+            new_bits = new.view(np.uint32) if new.dtype == np.float32 else new
+            old_bits = old.view(np.uint32) if old.dtype == np.float32 else old
+            equal = new_bits == old_bits[at]
+            same &= equal.all(axis=1) if equal.ndim == 2 else equal
+        return ~same
+
+    slot_names = sorted(current.slots)
+    admitted = changed(current.keys, [current.values, *(current.slots[s] for s in slot_names), current.counts,
+                                      current.last_seen],
+                       previous.keys, [previous.values, *(previous.slots[s] for s in slot_names), previous.counts,
+                                       previous.last_seen])
+    pending = changed(current.pending_keys, [current.pending_counts, current.pending_last_seen],
+                      previous.pending_keys, [previous.pending_counts, previous.pending_last_seen])
+    now = np.union1d(current.keys, current.pending_keys)
+    before = np.union1d(previous.keys, previous.pending_keys)
+    removed = np.setdiff1d(before, now)
+    delta = TableState(
+        keys=current.keys[admitted], values=current.values[admitted],
+        slots={s: current.slots[s][admitted] for s in current.slots}, counts=current.counts[admitted],
+        last_seen=current.last_seen[admitted], pending_keys=current.pending_keys[pending],
+        pending_counts=current.pending_counts[pending], pending_last_seen=current.pending_last_seen[pending],
+        clock=current.clock, clock_source=current.clock_source)
+    return delta, removed
+
+
+def apply_delta(base: TableState, delta: TableState, removed: np.ndarray) -> TableState:
+    """Base + delta: delta keys replace whatever the base had for them (admitted
+    or pending), removed keys disappear."""
+    gone = np.union1d(np.union1d(removed, delta.keys), delta.pending_keys)
+    keep = ~np.isin(base.keys, gone)
+    keep_pending = ~np.isin(base.pending_keys, gone)
+
+    def merged(old, new, mask, order):
+        return np.concatenate([old[mask], new])[order]
+
+    order = np.argsort(np.concatenate([base.keys[keep], delta.keys]), kind="stable")
+    pending_order = np.argsort(np.concatenate([base.pending_keys[keep_pending], delta.pending_keys]), kind="stable")
+    return TableState(
+        keys=merged(base.keys, delta.keys, keep, order),
+        values=merged(base.values, delta.values, keep, order),
+        slots={s: merged(base.slots[s], delta.slots[s], keep, order) for s in base.slots},
+        counts=merged(base.counts, delta.counts, keep, order),
+        last_seen=merged(base.last_seen, delta.last_seen, keep, order),
+        pending_keys=merged(base.pending_keys, delta.pending_keys, keep_pending, pending_order),
+        pending_counts=merged(base.pending_counts, delta.pending_counts, keep_pending, pending_order),
+        pending_last_seen=merged(base.pending_last_seen, delta.pending_last_seen, keep_pending, pending_order),
+        clock=delta.clock, clock_source=delta.clock_source)
 
 
 def list_tables(directory) -> list[str]:

@@ -127,6 +127,7 @@ class Store(ABC):
         self.config = config
         self.optimizer = optimizer
         self.counting = True      # False after set_threshold(0): counts frozen (ADM-9)
+        self._last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- API
@@ -229,12 +230,25 @@ class Store(ABC):
         with self._lock:
             return self._export()
 
-    def save(self, directory) -> str:
-        """Write the table under ``directory/<table name>/`` (CKPT-*); returns that path."""
+    def save(self, directory, *, incremental: bool = False) -> str:
+        """Write the table under ``directory/<table name>/`` (CKPT-*); returns that path.
+
+        ``incremental=True`` writes only what changed since this store's last
+        save or load, pointing at that checkpoint (CKPT-9); without one it
+        writes a full checkpoint."""
         from . import checkpoint  # local: checkpoint imports this module
 
         with self._lock:
-            return checkpoint.write_table(directory, self.config, self.optimizer, self._export())
+            state = self._export()
+            if incremental and self._last_checkpoint is not None:
+                previous_dir, previous_state = self._last_checkpoint
+                delta, removed = checkpoint.delta_between(previous_state, state)
+                path = checkpoint.write_table(directory, self.config, self.optimizer, delta,
+                                              previous=previous_dir, removed=removed)
+            else:
+                path = checkpoint.write_table(directory, self.config, self.optimizer, state)
+            self._last_checkpoint = (str(directory), state)
+            return path
 
     def load(self, directory) -> None:
         """Replace this store's state with the checkpoint's; validated in full
@@ -245,6 +259,7 @@ class Store(ABC):
         with self._lock:
             self._check_fits(state)
             self._import_state(state)
+            self._last_checkpoint = (str(directory), state)
 
     def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
         """Merge a checkpoint's rows into this store (spec/warmstart.md): the

@@ -260,3 +260,26 @@ def test_tf_11_set_threshold_op(backend):
     assert table.size() == 1 and table.store.config.access_threshold == 2
     with pytest.raises(ValueError, match="no table 'nope'"):
         mx.set_threshold(2, emb_name="nope")
+
+
+def test_tf_6_incremental_saves_through_the_saver(backend, tmp_path):
+    """CKPT-9 via Saver.save(save_delta=True): restoring the newest delta gives the state at that step,
+    and max_to_keep keeps the bases kept deltas need."""
+    handles = tf_model.build(backend, access_threshold=2)
+    with handles["graph"].as_default():
+        saver = tf.compat.v1.train.Saver(max_to_keep=2)
+    _, session = tf_model.train(handles, 2)
+    saver.save(session, str(tmp_path / "model"), global_step=1)
+    for step in (2, 3, 4):
+        tf_model.train(handles, 1, session)
+        saver.save(session, str(tmp_path / "model"), global_step=step, save_delta=True)
+    exports = {n: t.store.export() for n, t in handles["tables"].items()}
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("sparse-"))
+    assert folders == ["sparse-model-1", "sparse-model-2", "sparse-model-3", "sparse-model-4"]
+    assert (tmp_path / "sparse-model-4" / "user" / "removed").is_dir()
+    restored = tf_model.build(backend, access_threshold=2)
+    fresh = tf.compat.v1.Session(graph=restored["graph"])
+    with restored["graph"].as_default():
+        tf.compat.v1.train.Saver().restore(fresh, str(tmp_path / "model-4"))
+    for name, table in restored["tables"].items():
+        assert table.store.export().differences(exports[name]) == []

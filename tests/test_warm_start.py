@@ -58,7 +58,9 @@ def test_ws_5_document_example_two(backend, three_checkpoints):
     (p1, e1, d1), (p2, e2, d2), (p3, e3, d3) = three_checkpoints
     graph, tables, train, init, (w, v) = _model(backend, seed=9)
     with graph.as_default():
-        settings = mx.WarmStartSettings([p1, p2, p3], vars_to_warm_start=[".*", ["table_a", "table_b"], ["dense_w"]])
+        # the document's shapes: a regex, a list of tables, a regex naming one dense variable
+        settings = mx.WarmStartSettings([p1, p2, p3], vars_to_warm_start=[".*", ["table_a", "table_b"], "dense_w"],
+                                        var_name_to_prev_var_name=[{}, {}, {}])
         mx.warm_start(settings)
         init = tf.compat.v1.global_variables_initializer()   # built after warm_start: it runs the new initializers
         with tf.compat.v1.Session() as session:
@@ -75,6 +77,22 @@ def test_ws_5_document_example_two(backend, three_checkpoints):
         assert state.keys.tolist() == sorted(expected)
         for key, row, acc in zip(state.keys.tolist(), state.values, state.slots["accumulator"]):
             assert np.array_equal(row, expected[key][0]) and np.array_equal(acc, expected[key][1])
+
+
+def test_ws_2_document_example_one(backend, three_checkpoints):
+    """Example 1: the sparse table named by the regex, from a checkpoint folder; nothing else."""
+    (p1, e1, d1), _, _ = three_checkpoints
+    graph, tables, _, _, (w, _) = _model(backend, seed=9)
+    with graph.as_default():
+        report = mx.warm_start(mx.WarmStartSettings(str(Path(p1).parent), vars_to_warm_start="table_a",
+                                                    var_name_to_prev_var_name=None))
+        init = tf.compat.v1.global_variables_initializer()
+        with tf.compat.v1.Session() as session:
+            session.run(init)
+            assert session.run(w).tolist() == [10.0, 10.0]          # dense untouched (seed 9 + 1)
+    assert list(report[p1]["tables"]) == ["table_a"] and report[p1]["dense"] == []
+    assert tables["table_a"].store.export().keys.tolist() == e1["table_a"].keys.tolist()
+    assert tables["table_b"].size() == 0 and tables["table_c"].size() == 0
 
 
 def test_ws_1_list_lengths_must_match():

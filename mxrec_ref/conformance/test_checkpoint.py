@@ -3,10 +3,12 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 from mxrec_ref import (Adagrad, CapacityError, CheckpointError, Ftrl, LazyAdam, TableConfig, open_store)
 
 from .helpers import assert_unchanged, keys, make_store, snapshot
+from .strategies import gradients, key_batches, optimizers, table_configs
 
 
 def _trained(backend, optimizer=None, **extra):
@@ -128,3 +130,47 @@ def test_ckpt_7_new_rows_after_load_start_from_initializer(backend, tmp_path):
     loaded.load(tmp_path)
     row = loaded.lookup(keys(2), step=1).rows
     assert np.array_equal(row, initializers.initial_rows(loaded.config, keys(2)))
+
+
+@given(config=table_configs(), optimizer=optimizers, plan=st.lists(st.tuples(
+    key_batches(max_size=30), st.integers(0, 2**16), st.booleans(), st.sampled_from([None, "full", "delta"])),
+    min_size=1, max_size=12))
+def test_ckpt_9_base_plus_deltas_restores_what_a_full_save_holds(backend, tmp_path_factory, config, optimizer, plan):
+    """CKPT-9: after any sequence of lookups, applies and evictions with full and
+    incremental saves in between, loading a save's folder (its whole chain)
+    gives exactly the state the store had when it saved."""
+    root = tmp_path_factory.mktemp("chain")
+    store = open_store(config, optimizer, backend=backend)
+    saved = []
+    for step, (batch, seed, evict, save) in enumerate(plan):
+        batch = batch[(batch >= config.key_min) & (batch <= config.key_max)]
+        try:
+            result = store.lookup(batch, step=step)
+            store.apply_gradients(result, gradients(len(result.unique_keys), config.dim, seed), step=step)
+        except CapacityError:
+            pass
+        if evict and config.eviction_enabled:
+            store.evict()
+        if save is not None:
+            folder = root / f"step-{step}"
+            store.save(folder, incremental=save == "delta")
+            saved.append((folder, store.export()))
+    for folder, state in saved:
+        for target in {backend, "ref"}:
+            fresh = open_store(config, optimizer, backend=target)
+            fresh.load(folder)
+            assert fresh.export().differences(state) == []
+
+
+def test_ckpt_9_delta_holds_only_changed_keys(backend, tmp_path):
+    store = make_store(backend, device_vocabulary_size=64)
+    store.lookup(np.arange(40), step=0)
+    store.save(tmp_path / "base")
+    store.lookup(keys(3, 100), step=1)                 # 3 changes (last-seen), 100 is new
+    path = store.save(tmp_path / "delta", incremental=True)
+    assert np.fromfile(f"{path}/key/slice.data", "<i8").tolist() == [3, 100]
+    meta = json.loads(open(f"{path}/meta.json").read())
+    assert meta["kind"] == "delta" and meta["previous"] == "../base"
+    fresh = make_store(backend, device_vocabulary_size=64)
+    fresh.load(tmp_path / "delta")
+    assert fresh.export().differences(store.export()) == []

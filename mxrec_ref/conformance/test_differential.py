@@ -138,6 +138,14 @@ class RefVersusFast(RuleBasedStateMachine):
         self._both("load", f"{self.directory}/{ref_source}")
         self.fast.load(f"{self.directory}/{fast_source}")
         self.last = None
+        self.saved = True
+
+    @rule(now=st.sampled_from([None, 0, 7]), source=st.sampled_from(["ref", "fast"]))
+    @precondition(lambda self: self.saved)
+    def warm_start(self, now, source):
+        """WS-3 in both backends from the same checkpoint (either backend's)."""
+        a, b = self._both("warm_start", f"{self.directory}/{source}", now=now)
+        assert a == b
 
     @invariant()
     def agree(self):

@@ -27,11 +27,11 @@ def sparse_dir(checkpoint_path: str) -> str:
     return os.path.join(head, f"sparse-{tail}")
 
 
-def save_tables(checkpoint_path: str) -> str:
+def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
     target = sparse_dir(checkpoint_path)
     for table in ConfigInitializer.get_instance().tables.values():
         if table.is_save:
-            table.store.save(target)
+            table.store.save(target, incremental=incremental)
     return target
 
 
@@ -48,22 +48,48 @@ def _prune(checkpoint_path: str) -> None:
     """Delete sparse folders whose dense checkpoint is gone: pruned by
     ``max_to_keep``, or never finished (a save that crashed before its dense part)."""
     head, tail = os.path.split(checkpoint_path)
+    head = head or "."
     prefix = re.sub(r"-\d+$", "", tail)
     pattern = re.compile(rf"^sparse-{re.escape(prefix)}-\d+$")
-    for entry in os.listdir(head or "."):
-        dense_index = os.path.join(head, entry[len("sparse-"):] + ".index")
-        if pattern.match(entry) and not os.path.exists(dense_index):
+    folders = [e for e in os.listdir(head) if pattern.match(e)]
+    kept = {e for e in folders if os.path.exists(os.path.join(head, e[len("sparse-"):] + ".index"))}
+    needed = set(kept)
+    for entry in kept:                 # the bases kept deltas build on (CKPT-9)
+        needed |= _chain(os.path.join(head, entry))
+    for entry in folders:
+        if entry not in needed:
             shutil.rmtree(os.path.join(head, entry), ignore_errors=True)
 
 
-def _save(self, sess, save_path, global_step=None, *args, **kwargs):
+def _chain(folder: str) -> set[str]:
+    """Names of the checkpoint folders a sparse folder's deltas build on."""
+    import json
+
+    names, todo = set(), [folder]
+    while todo:
+        current = todo.pop()
+        for table in os.listdir(current) if os.path.isdir(current) else []:
+            meta = os.path.join(current, table, "meta.json")
+            if os.path.isfile(meta):
+                previous = json.load(open(meta)).get("previous")
+                if previous:
+                    base = os.path.normpath(os.path.join(current, previous))
+                    if os.path.basename(base) not in names:
+                        names.add(os.path.basename(base))
+                        todo.append(base)
+    return names
+
+
+def _save(self, sess, save_path, global_step=None, *args, save_delta=False, is_incremental_checkpoint=False,
+          **kwargs):
     """Tables first, then the dense checkpoint: TF writes its ``checkpoint``
     state file last, so a checkpoint is listed only once its tables are
     complete; a crash in between leaves an unlisted sparse folder (TF-6, CKPT-8)."""
     from . import config_initializer
 
     if config_initializer.is_initialized():
-        save_tables(_checkpoint_path(sess, save_path, global_step))
+        save_tables(_checkpoint_path(sess, save_path, global_step),
+                    incremental=bool(save_delta or is_incremental_checkpoint))
     path = _ORIGINAL["save"](self, sess, save_path, global_step, *args, **kwargs)
     if path and config_initializer.is_initialized():
         _prune(path)
