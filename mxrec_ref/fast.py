@@ -89,13 +89,10 @@ class FastStore(Store):
 
     def _reserve(self, n_new: int) -> None:
         """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
-        needed = self._core.size + n_new
-        if needed <= self._capacity_rows:
-            return
-        if not self.config.dynamic_expansion:
-            raise self._capacity_error(needed, self._capacity_rows)
-        self._capacity_rows = max(2 * self._capacity_rows, needed)
-        self._counters["growths"] += 1
+        capacity = self._grown_capacity(self._core.size + n_new, self._capacity_rows)
+        if capacity != self._capacity_rows:
+            self._capacity_rows = capacity
+            self._counters["growths"] += 1
 
     def _count_positions(self, train: bool, keys, inverse, admitted) -> None:
         padding, with_row = self._core.position_stats(keys, inverse, admitted)

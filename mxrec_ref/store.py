@@ -323,6 +323,16 @@ class Store(ABC):
                 f"table {self.name!r}: {parameter}: the checkpoint holds {len(state.keys)} keys "
                 f"but the table has {self.config.table_capacity} rows; raise {parameter}")
 
+    def _grown_capacity(self, needed: int, capacity: int) -> int:
+        """The capacity a lookup needing ``needed`` rows leaves: unchanged if it
+        fits, doubled (at least ``needed``) with dynamic expansion (EXP-3), else
+        a CapacityError before anything changed (EXP-2)."""
+        if needed <= capacity:
+            return capacity
+        if not self.config.dynamic_expansion:
+            raise self._capacity_error(needed, capacity)
+        return max(2 * capacity, needed)
+
     def _capacity_error(self, needed: int, capacity: int) -> Exception:
         """The error of a training lookup that would overflow a fixed-size table (EXP-2)."""
         from .errors import CapacityError

@@ -98,13 +98,10 @@ class RefStore(Store):
 
     def _reserve(self, n_new: int) -> None:
         """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
-        needed = len(self._row_of) + n_new
-        if needed <= self._capacity_rows:
-            return
-        if not self.config.dynamic_expansion:
-            raise self._capacity_error(needed, self._capacity_rows)
-        self._capacity_rows = max(2 * self._capacity_rows, needed)
-        self._counters["growths"] += 1
+        capacity = self._grown_capacity(len(self._row_of) + n_new, self._capacity_rows)
+        if capacity != self._capacity_rows:
+            self._capacity_rows = capacity
+            self._counters["growths"] += 1
 
     def _place(self, keys: list[int]) -> None:
         """Give each new key a row: freed rows first (last freed first), then
