@@ -8,6 +8,7 @@ import tensorflow as tf
 from . import constants, optimizers
 from .config_initializer import ConfigInitializer, init, is_initialized, terminate_config_initializer
 from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
+from .graph_modifier import GraphModifierHook, modify_graph_and_start_emb_cache
 from .hooks import EvictHook
 from .lookup import sparse_lookup
 from .table import SparseTable, create_table, set_threshold
@@ -23,4 +24,5 @@ def get_dense_and_sparse_variable():
 __all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_initializer", "FeatureSpec",
            "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "sparse_lookup", "SparseTable",
            "create_table", "get_dense_and_sparse_variable", "constants", "optimizers", "WarmStartHook",
-           "WarmStartSettings", "scaffold_init_fn", "warm_start", "set_threshold"]
+           "WarmStartSettings", "scaffold_init_fn", "warm_start", "set_threshold", "GraphModifierHook",
+           "modify_graph_and_start_emb_cache"]

@@ -68,6 +68,7 @@ class ConfigInitializer:
         self.optimizer_instance = None         # the one global sparse optimizer (reference 1.8)
         self.train_params_config = TrainParamsConfig()
         self.modify_graph = False
+        self.modify_records: list = []          # sparse_lookup(..., modify_graph=True) calls, for the rewrite
         self.frozen = False
 
     @property
@@ -88,9 +89,10 @@ def init(**kwargs) -> ConfigInitializer:
     if _INSTANCE is not None:
         raise EnvironmentError("mx_rec has been initialized; call terminate_config_initializer() first")
     _INSTANCE = ConfigInitializer(**kwargs)
-    from . import saver
+    from . import graph_modifier, saver
 
     saver.install()
+    graph_modifier.install()
     atexit.register(terminate_config_initializer)
     return _INSTANCE
 
@@ -100,9 +102,10 @@ def terminate_config_initializer() -> None:
     global _INSTANCE
     if _INSTANCE is None:
         return
-    from . import saver
+    from . import graph_modifier, saver
 
     saver.uninstall()
+    graph_modifier.uninstall()
     _INSTANCE = None
 
 

@@ -72,6 +72,10 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
     table.note_lookup(bool(is_train))
     with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
         step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments)
+        if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
+            from .graph_modifier import record_lookup
+
+            record_lookup(table, feature, step, bool(is_train))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
         embeddings = tf.reshape(step.embeddings[segment], shape)
         if feature.shape.is_fully_defined():
@@ -116,9 +120,34 @@ def _group_of(table, spec, batch):
 class _StepOp:
     """One store call for a table's merged ids, and every lookup's share of it."""
 
-    def __init__(self, unique_keys, rows, inverse, admitted, embeddings, positions):
+    def __init__(self, op, share, unique_keys, rows, inverse, admitted, embeddings, positions, step, stamp,
+                 has_timestamp):
+        self.op, self.share, self.has_timestamp = op, share, has_timestamp
         self.unique_keys, self.rows, self.inverse, self.admitted = unique_keys, rows, inverse, admitted
         self.embeddings, self.positions = embeddings, positions
+        self.step, self.stamp = step, stamp
+
+
+class MergedShare:
+    """Set by the graph modifier: this lookup reads segment ``segment`` of the
+    table's merged store call (``source.current``) instead of calling the store."""
+
+    def __init__(self):
+        self.source = None
+        self.segment = 0
+
+
+def store_call(table, ids, step_value, stamp_value, is_train: bool, has_timestamp: bool, pad_to):
+    """The one place the TF layer calls ``store.lookup``."""
+    step_value = int(step_value)
+    if step_value < 0:            # no global step in the graph: count this table's training lookups
+        step_value = table.train_lookups_run
+    result = table.store.lookup(ids, train=is_train, step=step_value if is_train else None,
+                                timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
+    if is_train:
+        table.train_lookups_run += 1
+        table.last_train_step = step_value
+    return result
 
 
 def _step_op(table, merged, is_train, timestamp, pad_to, segments):
@@ -130,17 +159,14 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(-1, tf.int64)
     has_timestamp = timestamp is not None
     stamp = tf.cast(timestamp, tf.int64) if has_timestamp else tf.constant(0, tf.int64)
+    share = MergedShare()
 
     def run(ids, step_value, stamp_value):
-        store = table.store
-        step_value = int(step_value)
-        if step_value < 0:            # no global step in the graph: count this table's training lookups
-            step_value = table.train_lookups_run
-        result = store.lookup(ids, train=is_train, step=step_value if is_train else None,
-                              timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
-        if is_train:
-            table.train_lookups_run += 1
-            table.last_train_step = step_value
+        if share.source is not None:          # merged by the graph modifier: read this lookup's segment
+            result, offsets = share.source.current
+            low, high = offsets[share.segment], offsets[share.segment + 1]
+            return result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted
+        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, pad_to)
         return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted
 
     unique_keys, rows, inverse, admitted = tf.numpy_function(
@@ -164,7 +190,8 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     else:
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
-    _STEP_OPS[cache_key] = _StepOp(unique_keys, rows, inverse, admitted, embeddings, positions)
+    _STEP_OPS[cache_key] = _StepOp(unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
+                                   positions, step, stamp, has_timestamp)
     return _STEP_OPS[cache_key]
 
 
