@@ -36,20 +36,23 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         self.evicted: dict[str, int] = {}      # table -> keys evicted by this hook
 
     def begin(self):
-        self._global_step = tf.compat.v1.train.get_global_step()
         self._last_trigger = self._clock()
-
-    def before_run(self, run_context):
-        if self._global_step is None:
-            return None
-        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+        self._seen_step = None
 
     def after_run(self, run_context, run_values):
         if not self.evict_enable:
             return
-        step = run_values.results
+        # The global step this run ended at, as the tables' lookups read it.  Fetching
+        # the global step from the hook would race with the optimizer's increment.
+        tables = [t for t in ConfigInitializer.get_instance().tables.values() if t.train_lookups_run]
+        if not tables:
+            return
+        step = max(t.last_train_step for t in tables) + 1
+        if step == self._seen_step:        # an evaluation run: no training step happened
+            return
+        self._seen_step = step
         now = self._clock()
-        by_step = self.evict_step_interval is not None and step is not None and step % self.evict_step_interval == 0
+        by_step = self.evict_step_interval is not None and step % self.evict_step_interval == 0
         by_time = now - self._last_trigger > self.evict_time_interval
         if by_step or by_time:
             self._last_trigger = now
