@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = Path(__file__).parent
 
@@ -24,7 +24,15 @@ extensions = [
     for pyx in sorted((HERE / "cext").glob("*.pyx"))
 ]
 
+# mxRec's import paths: ``import mx_rec`` resolves to mxrec_ref/compat/mx_rec, so
+# unmodified mxRec scripts run; the sources stay inside the mxrec_ref tree.
+PACKAGES = find_packages(include=["mxrec_ref", "mxrec_ref.*"])
+ALIAS = "mxrec_ref.compat.mx_rec"
+MX_REC = ["mx_rec" + name[len(ALIAS):] for name in PACKAGES if name == ALIAS or name.startswith(ALIAS + ".")]
+
 setup(
+    packages=PACKAGES + MX_REC,
+    package_dir={"mx_rec": "mxrec_ref/compat/mx_rec"},
     ext_modules=cythonize(
         extensions,
         language_level=3,

@@ -1,0 +1,9 @@
+"""``mx_rec``: mxRec's import paths over mxrec-ref, so scripts written for
+mxRec run unchanged (``from mx_rec.core.embedding import create_table`` ...).
+
+Every module here only re-exports names of ``mxrec_ref.tf``."""
+from mxrec_ref import __version__
+
+
+def version() -> str:
+    return __version__

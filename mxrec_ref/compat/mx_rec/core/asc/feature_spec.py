@@ -1,0 +1,1 @@
+from mxrec_ref.tf import FeatureSpec  # noqa: F401

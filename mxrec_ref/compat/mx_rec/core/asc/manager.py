@@ -1,0 +1,1 @@
+from mxrec_ref.tf import start_asc_pipeline  # noqa: F401

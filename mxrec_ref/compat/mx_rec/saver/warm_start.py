@@ -1,0 +1,1 @@
+from mxrec_ref.tf import WarmStartHook, WarmStartSettings, warm_start  # noqa: F401
