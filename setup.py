@@ -24,15 +24,10 @@ extensions = [
     for pyx in sorted((HERE / "cext").glob("*.pyx"))
 ]
 
-# mxRec's import paths: ``import mx_rec`` resolves to mxrec_ref/compat/mx_rec, so
-# unmodified mxRec scripts run; the sources stay inside the mxrec_ref tree.
-PACKAGES = find_packages(include=["mxrec_ref", "mxrec_ref.*"])
-ALIAS = "mxrec_ref.compat.mx_rec"
-MX_REC = ["mx_rec" + name[len(ALIAS):] for name in PACKAGES if name == ALIAS or name.startswith(ALIAS + ".")]
-
 setup(
-    packages=PACKAGES + MX_REC,
-    package_dir={"mx_rec": "mxrec_ref/compat/mx_rec"},
+    # mxRec's import paths live in mxrec_ref/compat/mx_rec and are opt-in (``mxrec-ref run``,
+    # ``import mxrec_ref.compat.enable_mx_rec``), so a real mxRec install is never shadowed.
+    packages=find_packages(include=["mxrec_ref", "mxrec_ref.*"]),
     ext_modules=cythonize(
         extensions,
         language_level=3,

@@ -31,7 +31,12 @@ def main(argv: list[str] | None = None) -> int:
                                   "comma-separated for several")
     conformance.add_argument("--deep", action="store_true", help="the deep hypothesis profile (2000 examples)")
     conformance.add_argument("--rules", default="", help="only these rules or prefixes, e.g. ADM,EVI-3")
+    run = commands.add_parser("run", help="run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
+    run.add_argument("script")
+    run.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_script(args.script, args.script_args)
     if args.command == "conformance":
         from .conformance import run
 
@@ -46,6 +51,28 @@ def main(argv: list[str] | None = None) -> int:
         from . import demo as demo_module
 
         demo_module.run(args.backend, rows=args.rows, epochs=args.epochs, batch=args.batch)
+    return 0
+
+
+def run_script(script: str, script_args: list[str]) -> int:
+    """Like ``python SCRIPT ARGS``: as ``__main__``, the script's folder first on
+    sys.path, with the ``mx_rec`` alias enabled for this process only."""
+    import os
+    import runpy
+
+    from .compat import alias
+
+    path = os.path.abspath(script)
+    if not os.path.isfile(path):
+        print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
+        return 2
+    alias.enable()
+    sys.argv = [path, *script_args]
+    sys.path.insert(0, os.path.dirname(path))
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     return 0
 
 

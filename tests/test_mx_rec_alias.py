@@ -1,9 +1,11 @@
-"""An mxRec script, unmodified but for nothing: `import mx_rec` paths, graph
-modification mode, tf.gradients on the tables, a hash optimizer (GRAPH-4)."""
+"""An mxRec script run unchanged through `mxrec-ref run`: `import mx_rec` paths,
+graph modification mode, tf.gradients on the tables, a hash optimizer (GRAPH-4)."""
 import subprocess
 import sys
 
 SCRIPT = r'''
+import sys
+
 import numpy as np
 import tensorflow as tf
 tf.compat.v1.disable_eager_execution()
@@ -45,9 +47,23 @@ terminate_config_initializer()
 '''
 
 
-def test_graph_4_unmodified_mx_rec_script_trains(backend):
-    result = subprocess.run([sys.executable, "-c", "import sys\n" + SCRIPT, backend], capture_output=True, text=True,
-                            timeout=300, cwd="/")
+def test_graph_4_unmodified_mx_rec_script_trains(backend, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    result = subprocess.run([sys.executable, "-m", "mxrec_ref", "run", str(script), backend], capture_output=True,
+                            text=True, timeout=300, cwd="/")
     assert result.returncode == 0, result.stderr[-3000:]
     first, last, size = result.stdout.split()
     assert float(last) < float(first) and int(size) > 0
+
+
+def test_graph_4_alias_is_opt_in():
+    plain = subprocess.run([sys.executable, "-c", "import mx_rec"], capture_output=True, text=True, cwd="/")
+    assert plain.returncode != 0 and "No module named 'mx_rec'" in plain.stderr
+    enabled = subprocess.run([sys.executable, "-c", "import mxrec_ref.compat.enable_mx_rec\n"
+                              "from mx_rec.util.communication.hccl_ops import get_rank_id, get_rank_size\n"
+                              "from mx_rec.util.ops import import_host_pipeline_ops\n"
+                              "ops = import_host_pipeline_ops()\n"
+                              "print(get_rank_id(), get_rank_size(), callable(ops.set_threshold))"],
+                             capture_output=True, text=True, cwd="/")
+    assert enabled.stdout.split() == ["0", "1", "True"], enabled.stderr[-2000:]

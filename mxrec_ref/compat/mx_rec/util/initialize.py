@@ -1,1 +1,58 @@
-from mxrec_ref.tf.config_initializer import ConfigInitializer, init, terminate_config_initializer  # noqa: F401
+"""mxRec's init module, with the older module-level helpers (reference 1.2)."""
+from mxrec_ref.tf import config_initializer as _config
+from mxrec_ref.tf.config_initializer import ConfigInitializer, terminate_config_initializer  # noqa: F401
+
+from .communication.hccl_ops import get_device_id, get_rank_id, get_rank_size  # noqa: F401
+from .log import logger
+
+_NPU_ONLY = ("use_lccl", "bind_cpu", "use_mpi", "rank_id", "rank_size", "train_interval", "prefetch_batch_number",
+             "use_hot", "save_checkpoint_due_time", "save_delta_checkpoints_secs")
+
+
+def init(**kwargs):
+    for name in _NPU_ONLY:
+        if name in kwargs:
+            logger.info("init: %s is accepted and ignored (NPU/multi-process option)", name)
+    return _config.init(**kwargs)
+
+
+def _instance():
+    return ConfigInitializer.get_instance()
+
+
+def set_if_load(value: bool) -> None:
+    _instance().if_load = bool(value)
+
+
+def get_initializer(is_training: bool):
+    return _instance().train_params_config.get_initializer(is_training)
+
+
+def clear_channel(is_train_channel: bool = True):
+    from .ops import clear_channel as clear
+
+    return clear(0 if is_train_channel else 1)
+
+
+def trigger_evict():
+    from mxrec_ref.tf import EvictHook
+
+    return EvictHook(evict_enable=True).evict_now()
+
+
+def get_use_dynamic_expansion() -> bool:
+    return _instance().use_dynamic_expansion
+
+
+def get_use_static() -> bool:
+    return _instance().use_static
+
+
+def get_host_pipeline_ops():
+    from .ops import import_host_pipeline_ops
+
+    return import_host_pipeline_ops()
+
+
+def set_ascend_global_hashtable_collection(name: str) -> None:
+    _instance().train_params_config.ascend_global_hashtable_collection = name

@@ -1,0 +1,10 @@
+"""mxRec's logger: INFO lines to the console."""
+import logging
+
+logger = logging.getLogger("mx_rec")
+if not logger.handlers:
+    _handler = logging.StreamHandler()
+    _handler.setFormatter(logging.Formatter("[mx_rec] %(levelname)s %(message)s"))
+    logger.addHandler(_handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
