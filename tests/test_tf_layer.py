@@ -283,3 +283,18 @@ def test_tf_6_incremental_saves_through_the_saver(backend, tmp_path):
         tf.compat.v1.train.Saver().restore(fresh, str(tmp_path / "model-4"))
     for name, table in restored["tables"].items():
         assert table.store.export().differences(exports[name]) == []
+
+
+def test_tf_5_evict_hook_time_interval_with_an_injected_clock(backend):
+    """The time-interval trigger reads the hook's clock (injectable, so tests and
+    reproducible runs need no wall clock); eviction itself uses the table clock."""
+    handles = tf_model.build(backend, access_threshold=1, eviction_threshold=20)
+    now = [0.0]
+    hook = mx.EvictHook(evict_enable=True, evict_time_interval=100, clock=lambda: now[0])
+    with handles["graph"].as_default(), tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as session:
+        for _ in range(3):
+            session.run(handles["train"])
+        assert sum(hook.evicted.values()) == 0            # 0 s passed on the hook's clock
+        now[0] = 101.0
+        session.run(handles["train"])
+    assert sum(hook.evicted.values()) > 0

@@ -230,3 +230,14 @@ def test_ws_8_eager_warm_start(backend, three_checkpoints):
     mx.warm_start(mx.WarmStartSettings(p1, vars_to_warm_start=["table_a", w]))
     assert w.numpy().tolist() == d1[0].tolist()
     assert table.store.export().keys.tolist() == e1["table_a"].keys.tolist()
+
+
+def test_ws_8_scaffold_init_fn(backend, three_checkpoints):
+    (p1, e1, _), _, _ = three_checkpoints
+    graph, tables, train, _, _ = _model(backend, seed=9)
+    with graph.as_default():
+        scaffold = tf.compat.v1.train.Scaffold(init_fn=mx.scaffold_init_fn(mx.WarmStartSettings(p1, "table_b")))
+        with tf.compat.v1.train.MonitoredTrainingSession(scaffold=scaffold) as session:
+            pass
+    assert tables["table_b"].store.export().keys.tolist() == e1["table_b"].keys.tolist()
+    assert tables["table_a"].size() == 0
