@@ -22,7 +22,7 @@ import numpy as np
 from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
 from .errors import UsageError
-from .initializers import initial_rows
+from .initializers import counter_base, initial_rows
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
 from .store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
 
@@ -58,7 +58,8 @@ class FastStore(Store):
             rows, admitted = self._train_lookup(unique, occurrences, step, timestamp, total)
         else:
             rows, admitted = core.lookup_eval(unique, total, self._default_row)
-        self._count_positions(train, keys, inverse, admitted)
+        padding, with_row = core.position_stats(keys, inverse, admitted)
+        self._count_positions(train, keys.size, padding, with_row)
         if total > n_unique:
             unique = np.concatenate([unique, np.full(total - n_unique, PADDING_KEY, dtype=np.int64)])
         return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
@@ -93,16 +94,6 @@ class FastStore(Store):
         if capacity != self._capacity_rows:
             self._capacity_rows = capacity
             self._counters["growths"] += 1
-
-    def _count_positions(self, train: bool, keys, inverse, admitted) -> None:
-        padding, with_row = self._core.position_stats(keys, inverse, admitted)
-        real = keys.size - padding
-        counters = self._counters
-        if not train:
-            counters["eval_lookups"] += 1
-        counters["padding_positions"] += padding
-        counters["key_positions"] += real
-        counters["default_positions"] += real - with_row
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
@@ -229,8 +220,6 @@ def _initial_rows(config: TableConfig, keys: np.ndarray) -> np.ndarray:
     rows entirely in C (same float operations in the same order)."""
     init = config.initializer
     if init.kind == "uniform":
-        from .initializers import counter_base
-
         return uniform_rows(counter_base(init.seed, 0, 0), np.ascontiguousarray(keys, dtype=np.int64), config.dim,
                             float(init.minval), float(init.maxval) - float(init.minval), float(config.init_param))
     return np.ascontiguousarray(initial_rows(config, keys, mix=_mix_bits), dtype=np.float32)

@@ -323,6 +323,17 @@ class Store(ABC):
                 f"table {self.name!r}: {parameter}: the checkpoint holds {len(state.keys)} keys "
                 f"but the table has {self.config.table_capacity} rows; raise {parameter}")
 
+    def _count_positions(self, train: bool, positions: int, padding: int, with_row: int) -> None:
+        """STAT-3 for one lookup: ``positions`` looked up, ``padding`` of them -1,
+        ``with_row`` of them answered from a stored row.  Backends keep ``_counters``."""
+        counters = self._counters
+        real = positions - padding
+        if not train:
+            counters["eval_lookups"] += 1
+        counters["padding_positions"] += padding
+        counters["key_positions"] += real
+        counters["default_positions"] += real - with_row
+
     def _grown_capacity(self, needed: int, capacity: int) -> int:
         """The capacity a lookup needing ``needed`` rows leaves: unchanged if it
         fits, doubled (at least ``needed``) with dynamic expansion (EXP-3), else

@@ -38,15 +38,7 @@ def _modify_mode(backend, *, access_threshold=None, optimizer="adagrad", multi_l
         tf.compat.v1.add_to_collection(mx.constants.ASCEND_TIMESTAMP, batch["timestamp"])
         lookups = [(user, batch["user"]), (item, batch["item"])] + ([(item, batch["item"])] if multi_lookup else [])
         embs = [mx.sparse_lookup(t, ids, modify_graph=True, access_and_evict_config=config) for t, ids in lookups]
-        w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.constant_initializer(0.3))
-        logits = sum(tf.reduce_sum(tf.reshape(tf.matmul(tf.reshape(e, [-1, 4]), w), [tf_model.BATCH, -1]), axis=1)
-                     for e in embs)
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logits))
-        dense_vars, sparse_vars = mx.get_dense_and_sparse_variable()
-        grads = tf.gradients(loss, sparse_vars)
-        train = tf.group(sparse_optimizer.apply_gradients(zip(grads, sparse_vars)),
-                         tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step,
-                                                                                   var_list=dense_vars))
+        loss, train, _, _ = tf_model.head(embs, batch["label"], sparse_optimizer, global_step)
         moved = mx.modify_graph_and_start_emb_cache() if modify and not hook else None
         init_op = tf.compat.v1.global_variables_initializer()
     return dict(graph=graph, loss=loss, train=train, init=init_op, tables={"user": user, "item": item},

@@ -63,17 +63,24 @@ def _build(graph, backend, static, access_threshold, eviction_threshold, optimiz
     counts = {"user": send_count, "item": send_count}
     embs = [mx.sparse_lookup(user if s.table_name == "user" else item, s, batch=batch,
                              send_count=counts[s.table_name]) for s in specs]
-    w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.constant_initializer(0.3))
-    logits = sum(tf.reduce_sum(tf.reshape(tf.matmul(tf.reshape(e, [-1, 4]), w), [BATCH, -1]), axis=1) for e in embs)
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logits))
-    dense_vars, sparse_vars = mx.get_dense_and_sparse_variable()
-    grads = tf.gradients(loss, sparse_vars)
-    train = tf.group(sparse_optimizer.apply_gradients(zip(grads, sparse_vars)),
-                     tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step,
-                                                                               var_list=dense_vars))
+    loss, train, grads, sparse_vars = head(embs, batch["label"], sparse_optimizer, global_step)
     return dict(loss=loss, train=train, embs=embs, tables={"user": user, "item": item}, batch=batch,
                 global_step=global_step, sparse_vars=sparse_vars, grads=grads, graph=graph,
                 init=tf.compat.v1.global_variables_initializer())
+
+
+def head(embs, labels, sparse_optimizer, global_step):
+    """The model above the lookups, its loss, and mxRec's training pattern
+    (tf.gradients on the tables, a hash optimizer, a TF optimizer for the rest)."""
+    w = tf.compat.v1.get_variable("w", [4, 1], initializer=tf.compat.v1.constant_initializer(0.3))
+    logits = sum(tf.reduce_sum(tf.reshape(tf.matmul(tf.reshape(e, [-1, 4]), w), [BATCH, -1]), axis=1) for e in embs)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+    dense_vars, sparse_vars = mx.get_dense_and_sparse_variable()
+    grads = tf.gradients(loss, sparse_vars)
+    train_op = tf.group(sparse_optimizer.apply_gradients(zip(grads, sparse_vars)),
+                        tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=global_step,
+                                                                                  var_list=dense_vars))
+    return loss, train_op, grads, sparse_vars
 
 
 def train(handles, steps: int, session=None):

@@ -54,7 +54,9 @@ class RefStore(Store):
         for i, key in enumerate(unique.tolist()):
             if admitted[i]:
                 rows[i] = self._values[self._row_of[key]]
-        self._count_positions(train, keys, admitted[inverse] if keys.size else np.zeros(0, bool))
+        padding = int(np.count_nonzero(keys == PADDING_KEY))
+        with_row = int(np.count_nonzero(admitted[inverse])) if keys.size else 0
+        self._count_positions(train, keys.size, padding, with_row)
         n_unique = len(unique)
         if pad_to is not None and pad_to > n_unique:
             extra = pad_to - n_unique
@@ -134,16 +136,6 @@ class RefStore(Store):
         new = min(max(n_rows, 2 * have, 1024), max(self._capacity_rows, n_rows))
         self._values = _grown(self._values, new)
         self._slots = {name: _grown(array, new) for name, array in self._slots.items()}
-
-    def _count_positions(self, train: bool, keys: np.ndarray, admitted_per_position: np.ndarray) -> None:
-        padding = int(np.count_nonzero(keys == PADDING_KEY))
-        real = keys.size - padding
-        counters = self._counters
-        if not train:
-            counters["eval_lookups"] += 1
-        counters["padding_positions"] += padding
-        counters["key_positions"] += real
-        counters["default_positions"] += real - int(np.count_nonzero(admitted_per_position))
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:

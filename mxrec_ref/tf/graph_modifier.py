@@ -20,6 +20,7 @@ The rewrite, per iterator feeding such lookups:
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +30,8 @@ from tensorflow.python.data.ops import dataset_ops
 from .config_initializer import ConfigInitializer
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
 
-_ITERATORS: dict = {}     # (graph id, iterator op name) -> (dataset, kind)
+# graph (weakly) -> {iterator op name: (dataset, kind)}
+_ITERATORS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 _ORIGINAL: dict = {}
 
 
@@ -63,7 +65,7 @@ def _recording(method, kind):
         iterator = method(self, *args, **kwargs)
         resource = getattr(iterator, "_iterator_resource", None)
         if resource is not None and not tf.executing_eagerly():
-            _ITERATORS[(id(resource.graph), resource.op.name)] = (self, kind)
+            _ITERATORS.setdefault(resource.graph, {})[resource.op.name] = (self, kind)
         return iterator
     return wrapper
 
@@ -150,7 +152,7 @@ def _find_get_next(record):
 
 def _rewrite(graph, get_next, records, instance) -> None:
     iterator_op = get_next.inputs[0].op
-    entry = _ITERATORS.get((id(graph), iterator_op.name))
+    entry = _ITERATORS.get(graph, {}).get(iterator_op.name)
     if entry is None:
         raise ValueError(f"table {records[0].table.table_name!r}: ids: the iterator {iterator_op.name!r} was not "
                          f"made by make_one_shot_iterator or make_initializable_iterator after init(); only those "

@@ -10,6 +10,8 @@ duplicate keys from several lookups.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -21,10 +23,16 @@ from .table import SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
 
-# (graph, merged ids, is_train) -> the step op's outputs, so lookups of one table share one store call
-_STEP_OPS: dict = {}
+# Per graph (weakly, so a dropped graph and its tensors are freed):
+# (merged ids, is_train) -> the step op, so lookups of one table share one store call
+_STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 # unique-keys tensor -> table, for the dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET)
-KEYS_TO_TABLE: dict = {}
+_KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
+
+
+def table_of_keys(tensor):
+    """The table whose lookup produced this unique-keys tensor, or None."""
+    return _KEYS_TO_TABLE.get(tensor.graph, {}).get(tensor.ref())
 
 
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
@@ -151,10 +159,10 @@ def store_call(table, ids, step_value, stamp_value, is_train: bool, has_timestam
 
 
 def _step_op(table, merged, is_train, timestamp, pad_to, segments):
-    graph = tf.compat.v1.get_default_graph()
-    cache_key = (id(graph), merged.ref(), is_train)
-    if cache_key in _STEP_OPS:
-        return _STEP_OPS[cache_key]
+    cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
+    cache_key = (merged.ref(), is_train)
+    if cache_key in cache:
+        return cache[cache_key]
     global_step = tf.compat.v1.train.get_global_step() if is_train else None
     step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(-1, tf.int64)
     has_timestamp = timestamp is not None
@@ -179,7 +187,7 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     if is_train:
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
-        KEYS_TO_TABLE[unique_keys.ref()] = table
+        _KEYS_TO_TABLE.setdefault(unique_keys.graph, {})[unique_keys.ref()] = table
     # One gather for every lookup of the table, split into the lookups' shares:
     # the gradient of a split is one concat, and the custom gradient below sums
     # it per unique key in one op (instead of one small graph per lookup).
@@ -190,9 +198,9 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     else:
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
-    _STEP_OPS[cache_key] = _StepOp(unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
+    cache[cache_key] = _StepOp(unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
                                    positions, step, stamp, has_timestamp)
-    return _STEP_OPS[cache_key]
+    return cache[cache_key]
 
 
 @tf.custom_gradient

@@ -9,6 +9,7 @@ global_step=N)`` also writes every ``is_save`` table to
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -63,8 +64,6 @@ def _prune(checkpoint_path: str) -> None:
 
 def _chain(folder: str) -> set[str]:
     """Names of the checkpoint folders a sparse folder's deltas build on."""
-    import json
-
     names, todo = set(), [folder]
     while todo:
         current = todo.pop()

@@ -37,7 +37,7 @@ class HashOptimizer:
         return self._name
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        from ..lookup import KEYS_TO_TABLE
+        from ..lookup import table_of_keys
 
         tables_by_variable = {t.variable.ref(): t for t in ConfigInitializer.get_instance().tables.values()}
         updates = []
@@ -50,8 +50,8 @@ class HashOptimizer:
                     raise TypeError(f"table {table.table_name!r}: grad: expected the IndexedSlices that "
                                     f"tf.gradients returns for a table variable, got {type(grad).__name__}")
                 keys, values = grad.indices, grad.values
-            elif isinstance(var, tf.Tensor) and var.ref() in KEYS_TO_TABLE:
-                table = KEYS_TO_TABLE[var.ref()]
+            elif isinstance(var, tf.Tensor) and table_of_keys(var) is not None:
+                table = table_of_keys(var)
                 keys, values = var, tf.convert_to_tensor(grad)
             else:
                 raise TypeError(f"optimizer {self._name!r}: var: {getattr(var, 'name', var)!r} is not a sparse "
