@@ -35,3 +35,13 @@ class CheckpointError(MxrecError, ValueError):
 class UsageError(MxrecError, ValueError):
     """A call that is valid in form but not in this store's state (e.g. evict on
     a table without eviction, mixing step and timestamp clocks)."""
+
+
+class DiskFullError(MxrecError, OSError):
+    """An SSD-tier write did not fit (every folder at its limit, or the system
+    reported the disk full); the files and the index are as they were (TIER-7)."""
+
+
+class DiskCorruptionError(MxrecError, OSError):
+    """An SSD-tier record failed its checksum, holds another key or is cut
+    short; the message names the file and the offset (TIER-6)."""
