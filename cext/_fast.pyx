@@ -40,6 +40,36 @@ memory, and fresh rows read as zero, as the reference's ``np.zeros`` growth.
 numpy never holds a view of them: rows leave the core as copies, so growth
 cannot leave a dangling array.
 
+Hot block
+---------
+Hot Embedding (spec/hot.md) keeps the K keys FastStore chose (set_hot, K =
+hot_rows at most) in a second, small structure:
+
+    hot map       buckets of 4 keys + their hot index h, one cache line each;
+                  a key lives in one of its two buckets (low and high half of
+                  fast_mix64(key)), so a probe reads both lines and compares
+                  all 8 lanes without a branch (SSE2); free lanes hold a key
+                  that never probes that bucket.  2K lanes (load <= 0.5);
+                  if both buckets of a key are full, set_hot doubles the map.
+    hot_row[h]    the key's row in the main table; EMPTY once the key lost
+                  its row (remove_keys), which also frees its lane
+    hot_values    [K, dim] copies of the rows' values, contiguous
+
+Lookups probe every unique key's hot index on the way (lookup_eval_hot,
+plan_train_hot): hot keys skip the main map (their row is hot_row[h]) and
+are copied from hot_values; FastStore counts the positions of hot keys
+(position_stats_hot, HOT-4).  Every optimizer kernel ends by copying each
+updated row that is hot back into hot_values (write-through), so the block
+never differs from the rows (HOT-3).  Imports (load_rows, load_entries) and
+clear empty the set.  K = 16384 rows of dim 16 is 1 MiB of values plus
+512 KiB of map.
+
+Measured on a 2-core EPYC VM (bench/test_hot_bench.py): the block does not
+make CPU lookups faster.  The main table's rows of hot keys already stay in
+the caches, so reading them from the block saves little, while exact hit
+counting needs a hot-map probe for every unique key (~5 ns each).  A hot map
+in front of dedup (per position) was slower than dedup's scratch table.
+
 Float arithmetic
 ----------------
 The optimizer kernels repeat ``mxrec_ref/ref/optimizer_math.py`` element by
@@ -77,6 +107,32 @@ cdef enum:
     MIN_ROWS = 1024      # first allocation of row storage (as the reference)
     AHEAD = 8            # prefetch distance of the batch loops, in keys
     CHUNK = 512          # keys per find-then-use round (their entries stay in L1)
+    HOT_LANES = 4        # keys per bucket of the hot map (32 bytes)
+
+cdef extern from *:
+    """
+    /* Lanes of a 4-key hot-map bucket equal to key, as bits 0-3 (SSE2 on
+     * x86-64, where it is always available; plain C elsewhere). */
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    static inline unsigned int mxrec_hot_lanes4(const int64_t* lanes, int64_t key) {
+        __m128i k = _mm_set1_epi64x(key);
+        __m128i a = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i*)lanes), k);
+        __m128i b = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i*)(lanes + 2)), k);
+        a = _mm_and_si128(a, _mm_shuffle_epi32(a, 0xB1));   /* both 32-bit halves equal */
+        b = _mm_and_si128(b, _mm_shuffle_epi32(b, 0xB1));
+        return (unsigned int)_mm_movemask_pd(_mm_castsi128_pd(a))
+             | ((unsigned int)_mm_movemask_pd(_mm_castsi128_pd(b)) << 2);
+    }
+    #else
+    static inline unsigned int mxrec_hot_lanes4(const int64_t* lanes, int64_t key) {
+        return (unsigned int)(lanes[0] == key) | (unsigned int)(lanes[1] == key) << 1
+             | (unsigned int)(lanes[2] == key) << 2 | (unsigned int)(lanes[3] == key) << 3;
+    }
+    #endif
+    """
+    int __builtin_ctz(unsigned int x) nogil
+    unsigned int mxrec_hot_lanes4(const int64_t* lanes, int64_t key) nogil
 
 cdef int64_t PADDING_KEY = -1
 # Rows and pending indexes are tagged into int32 slots; this is the most
@@ -88,6 +144,12 @@ cdef struct Entry:
     int64_t key
     int64_t count        # access count, saturating at 2**63 - 1
     int64_t last_seen    # table clock of the last training access
+
+
+cdef struct HotBucket:
+    int64_t key[4]       # HOT_LANES keys; free lanes hold the bucket's sentinel (see _hot_sentinel)
+    int32_t h[4]         # their hot indexes
+    int64_t pad[2]       # one 64-byte cache line per bucket
 
 
 cdef struct Buffer:
@@ -181,6 +243,18 @@ cdef class FastCore:
     cdef Py_ssize_t n_slot_arrays
     cdef float* slot_init               # initial value of each optimizer slot
     cdef uint8_t* slot_has_init         # 0: a reused row keeps the slot's old values (reference _place)
+    # --- hot block (spec/hot.md; see "Hot block" in the module doc)
+    cdef Buffer hot_slot_buffer
+    cdef HotBucket* hot_slots           # hot map: key -> hot index, [hot_mask + 1] buckets of HOT_LANES
+    cdef uint64_t hot_mask              # buckets - 1
+    cdef Py_ssize_t hot_count           # K: entries of the block since the last set_hot
+    cdef Py_ssize_t hot_live            # keys in the hot set now (K minus those that lost their row)
+    cdef Buffer hot_key_buffer
+    cdef int64_t* hot_keys_of           # [K] the key of hot index h (kept after it leaves the set)
+    cdef Buffer hot_row_buffer
+    cdef int32_t* hot_row               # [K] the key's row in the main table, EMPTY once it left the set
+    cdef Buffer hot_value_buffer
+    cdef float* hot_values              # [K, dim] copies of the hot rows' values (written through)
 
     def __cinit__(self, int dim, slot_init_values):
         """``slot_init_values``: one float or None per optimizer slot, in
@@ -214,6 +288,7 @@ cdef class FastCore:
         _release(&self.row_entry_buffer)
         _release(&self.live_buffer)
         _release(&self.value_buffer)
+        self._release_hot()
         if self.slot_buffers != NULL:
             for s in range(self.n_slot_arrays):
                 _release(&self.slot_buffers[s])
@@ -222,6 +297,18 @@ cdef class FastCore:
         self.free_rows = NULL
         self.row_entries = NULL
         self.row_live = NULL
+
+    cdef void _release_hot(self) noexcept:
+        _release(&self.hot_slot_buffer)
+        _release(&self.hot_key_buffer)
+        _release(&self.hot_row_buffer)
+        _release(&self.hot_value_buffer)
+        self.hot_slots = NULL
+        self.hot_keys_of = NULL
+        self.hot_row = NULL
+        self.hot_values = NULL
+        self.hot_mask = 0
+        self.hot_count = self.hot_live = 0
 
     # ================================================================ state
     def clear(self):
@@ -246,18 +333,21 @@ cdef class FastCore:
         return self.n_admitted + self.n_pending
 
     def memory_bytes(self, bint allocated=False):
-        """Bytes of the map, the entries (with row flags), the free list and
-        the row values; optimizer slots excluded.  By default the bytes
+        """Bytes of the map, the entries (with row flags), the free list, the
+        row values and the hot block; optimizer slots excluded.  By default the bytes
         written so far (whole pages: what is resident, since untouched
         capacity of an anonymous mapping costs nothing); with ``allocated``
         the reserved capacity."""
         cdef size_t entry_bytes = sizeof(Entry) + sizeof(uint8_t)
+        cdef size_t hot_bytes = (self.hot_slot_buffer.bytes
+                                 + self.hot_key_buffer.bytes + self.hot_row_buffer.bytes + self.hot_value_buffer.bytes)
         if allocated:
             return {
                 "map_slots": int(self.slot_buffer.bytes),
                 "entries": int(self.row_entry_buffer.bytes + self.live_buffer.bytes + self.pending_buffer.bytes),
                 "free_list": int(self.free_buffer.bytes),
                 "values": int(self.value_buffer.bytes),
+                "hot_block": int(hot_bytes),
             }
         return {
             "map_slots": int(self.slot_buffer.bytes),  # memset in full when created
@@ -266,6 +356,7 @@ cdef class FastCore:
                            + _touched(self.pending_high, sizeof(Entry), self.pending_buffer.bytes)),
             "free_list": int(_touched(self.free_high, sizeof(int32_t), self.free_buffer.bytes)),
             "values": int(_touched(self.next_row, self.dim * sizeof(float), self.value_buffer.bytes)),
+            "hot_block": int(hot_bytes),  # written in full by set_hot
         }
 
     cdef inline float* _value_row(self, Py_ssize_t row) noexcept nogil:
@@ -348,6 +439,316 @@ cdef class FastCore:
                 self.slots[hole] = moved
                 hole = j
         self.slots[hole] = EMPTY
+
+    # ========================================================== hot block
+    cdef inline int32_t _hot_probe(self, int64_t key, uint64_t hash_value) noexcept nogil:
+        """Hot index of ``key`` (``hash_value`` = fast_mix64(key)) or EMPTY,
+        without a data-dependent branch: the key can only be in one of its
+        two buckets, so all 8 lanes are compared and the first match taken.
+        (A linear-probing map mispredicts on most misses, which costs more
+        than the memory access.)  Only valid while hot_live > 0."""
+        cdef const HotBucket* a = &self.hot_slots[hash_value & self.hot_mask]
+        cdef const HotBucket* b = &self.hot_slots[(hash_value >> 32) & self.hot_mask]
+        cdef unsigned int match = mxrec_hot_lanes4(a.key, key) | mxrec_hot_lanes4(b.key, key) << 4 | (1u << 8)
+        cdef unsigned int lane = __builtin_ctz(match)   # 0-3: a's lanes, 4-7: b's, 8: no match
+        # select without branches: the bucket by arithmetic, EMPTY by a mask
+        cdef const HotBucket* bucket = <const HotBucket*>(<size_t>a + (<size_t>b - <size_t>a) * ((lane >> 2) & 1))
+        return bucket.h[lane & 3] | -(<int32_t>(lane >> 3))
+
+    cdef inline int32_t _hot_find(self, int64_t key) noexcept nogil:
+        """Hot index of ``key``, or EMPTY when it is not in the hot set."""
+        if self.hot_live == 0:
+            return EMPTY
+        return self._hot_probe(key, fast_mix64(<uint64_t>key))
+
+    cdef inline int64_t _hot_sentinel(self, uint64_t bucket) noexcept nogil:
+        """The key held by the free lanes of ``bucket``: one whose two buckets
+        are both other buckets, so no probe that reads ``bucket`` asks for it."""
+        cdef int64_t t = 0
+        cdef uint64_t hash_value
+        while True:
+            hash_value = fast_mix64(<uint64_t>t)
+            if (hash_value & self.hot_mask) != bucket and ((hash_value >> 32) & self.hot_mask) != bucket:
+                return t
+            t += 1
+
+    cdef void _hot_leave(self, int64_t key) noexcept nogil:
+        """``key`` lost its row: it leaves the hot set (HOT-2); its lane takes
+        the bucket's sentinel again."""
+        cdef uint64_t hash_value, bucket
+        cdef Py_ssize_t j, side
+        if self.hot_live == 0:
+            return
+        hash_value = fast_mix64(<uint64_t>key)
+        for side in range(2):
+            bucket = (hash_value & self.hot_mask) if side == 0 else ((hash_value >> 32) & self.hot_mask)
+            for j in range(HOT_LANES):
+                if self.hot_slots[bucket].key[j] == key:
+                    self.hot_row[self.hot_slots[bucket].h[j]] = EMPTY
+                    self.hot_slots[bucket].key[j] = self._hot_sentinel(bucket)
+                    self.hot_live -= 1
+                    return
+
+    cdef void _hot_find_many(self, const int64_t* keys, Py_ssize_t n, int32_t* out) noexcept nogil:
+        """out[i] = hot index of keys[i] or EMPTY; both buckets of key
+        i + AHEAD are prefetched (hashes wait in a ring)."""
+        cdef Py_ssize_t i
+        cdef uint64_t hash_value
+        cdef uint64_t ring[AHEAD]
+        for i in range(min(n, AHEAD)):
+            ring[i] = fast_mix64(<uint64_t>keys[i])
+        for i in range(n):
+            hash_value = ring[i % AHEAD]
+            if i + AHEAD < n:
+                ring[i % AHEAD] = fast_mix64(<uint64_t>keys[i + AHEAD])
+                fast_prefetch(&self.hot_slots[ring[i % AHEAD] & self.hot_mask])
+                fast_prefetch(&self.hot_slots[(ring[i % AHEAD] >> 32) & self.hot_mask])
+            out[i] = self._hot_probe(keys[i], hash_value)
+
+    def hot_index_of(self, const int64_t[::1] keys):
+        """Each key's index in the hot block (int32, EMPTY for keys not in the
+        hot set), or None when the hot set is empty: what lookup_eval,
+        plan_train, commit_train and position_stats_hot take."""
+        cdef Py_ssize_t n = keys.shape[0]
+        if self.hot_live == 0:
+            return None
+        out = np.empty(n, dtype=np.int32)
+        cdef int32_t[::1] o_view = out
+        if n:
+            with nogil:
+                self._hot_find_many(&keys[0], n, &o_view[0])
+        return out
+
+    cdef void _hot_write_through(self, const int64_t* rows, Py_ssize_t k) noexcept nogil:
+        """After an optimizer kernel updated ``rows``: refresh the block copy
+        of every hot one (HOT-3).  Rows were just resolved by key, so their
+        entries are still cached; the hot map is small."""
+        cdef Py_ssize_t j
+        cdef int32_t h
+        cdef int dim = self.dim
+        if self.hot_live == 0:
+            return
+        for j in range(k):
+            h = self._hot_find(self.row_entries[rows[j]].key)
+            if h != EMPTY:
+                memcpy(self.hot_values + h * dim, self._value_row(rows[j]), dim * sizeof(float))
+
+    cdef void _find_many_hot(self, const int64_t* keys, Py_ssize_t n, const int32_t* hot_in,
+                             int64_t* out, int32_t* hot_out, bint entries=False) noexcept nogil:
+        """_find_many that resolves hot keys through the hot map (a hot key's
+        row is hot_row[h]; it always holds one) and only the others through
+        the main map, compacted (without a branch) so the prefetch pipeline
+        holds only keys that need it.  The hot index of each key comes from
+        ``hot_in`` (hot_index_of) or is probed here; it is written to
+        ``hot_out`` when that is not NULL.  With ``entries`` the hot keys'
+        entries are prefetched (the main map's pipeline does it for the others)."""
+        cdef int64_t cold_keys[CHUNK]
+        cdef int64_t cold_tags[CHUNK]
+        cdef int32_t cold_at[CHUNK]
+        cdef int32_t probed[CHUNK]
+        cdef Py_ssize_t start = 0, stop, i, m
+        cdef int32_t h
+        while start < n:
+            stop = min(start + CHUNK, n)
+            m = 0
+            if hot_in == NULL:
+                self._hot_find_many(&keys[start], stop - start, probed)
+            for i in range(start, stop):
+                h = hot_in[i] if hot_in != NULL else probed[i - start]
+                if hot_out != NULL:
+                    hot_out[i] = h
+                out[i] = self.hot_row[h if h != EMPTY else 0]   # cold keys: overwritten below
+                if entries and h != EMPTY:
+                    fast_prefetch(&self.row_entries[out[i]])
+                cold_keys[m] = keys[i]
+                cold_at[m] = <int32_t>i
+                m += h == EMPTY
+            self._find_many(cold_keys, m, cold_tags)
+            for i in range(m):
+                out[cold_at[i]] = cold_tags[i]
+            start = stop
+
+    @property
+    def hot_size(self):
+        """Keys in the hot set now (HOT-4)."""
+        return self.hot_live
+
+    def hot_keys(self):
+        """The keys in the hot set now, in hot-block order (for tests)."""
+        cdef Py_ssize_t h
+        return np.array([self.hot_keys_of[h] for h in range(self.hot_count) if self.hot_row[h] != EMPTY],
+                        dtype=np.int64)
+
+    def hot_block(self):
+        """(keys, copies of their block rows, their rows in the main table) of
+        the hot set, in hot-block order (for tests)."""
+        cdef Py_ssize_t h, c
+        live = [h for h in range(self.hot_count) if self.hot_row[h] != EMPTY]
+        values = np.empty((len(live), self.dim), dtype=np.float32)
+        for i, h in enumerate(live):
+            for c in range(self.dim):
+                values[i, c] = self.hot_values[h * self.dim + c]
+        return (np.array([self.hot_keys_of[h] for h in live], dtype=np.int64), values,
+                np.array([self.hot_row[h] for h in live], dtype=np.int64))
+
+    cdef Py_ssize_t _hot_place(self, const int64_t* keys, Py_ssize_t n, Py_ssize_t buckets) noexcept:
+        """Fill the hot map (``buckets`` buckets, allocated) with keys[h] -> h,
+        each in the emptier of its two buckets.  Returns n; or how many were
+        placed when both buckets of a key were full; or -1 - i when keys[i]
+        repeats; -2 - n when out of memory."""
+        cdef Py_ssize_t i, b, j, side
+        cdef uint64_t hash_value
+        cdef uint64_t choice[2]
+        cdef int fill[2]
+        cdef uint8_t* used = <uint8_t*>malloc(buckets)
+        if used == NULL:
+            return -2 - n
+        memset(used, 0, buckets)
+        memset(self.hot_slots, 0, buckets * sizeof(HotBucket))
+        for b in range(buckets):
+            self.hot_slots[b].key[0] = self._hot_sentinel(b)
+            for j in range(1, HOT_LANES):
+                self.hot_slots[b].key[j] = self.hot_slots[b].key[0]
+        for i in range(n):
+            hash_value = fast_mix64(<uint64_t>keys[i])
+            choice[0] = hash_value & self.hot_mask
+            choice[1] = (hash_value >> 32) & self.hot_mask
+            for side in range(2):
+                for j in range(used[choice[side]]):
+                    if self.hot_slots[choice[side]].key[j] == keys[i]:
+                        free(used)
+                        return -1 - i
+                fill[side] = used[choice[side]]
+            side = 0 if fill[0] <= fill[1] else 1
+            if fill[side] == HOT_LANES:
+                free(used)
+                return i
+            b = choice[side]
+            self.hot_slots[b].key[used[b]] = keys[i]
+            self.hot_slots[b].h[used[b]] = <int32_t>i
+            used[b] += 1
+            self.hot_keys_of[i] = keys[i]
+        free(used)
+        return n
+
+    def set_hot(self, const int64_t[::1] keys):
+        """Make ``keys`` (distinct, each holding a row) the hot set and copy
+        their rows into the block; no keys clears it (HOT-2).  Hot index h is
+        the key's position in ``keys``."""
+        cdef Py_ssize_t n = keys.shape[0], i, buckets, placed
+        cdef int64_t[::1] r_view
+        cdef int dim = self.dim
+        self._release_hot()
+        if n == 0:
+            return
+        if n > INDEX_LIMIT:
+            raise MemoryError(f"mxrec_ref fast store: a hot block of more than {INDEX_LIMIT} rows")
+        rows = np.empty(n, dtype=np.int64)
+        r_view = rows
+        with nogil:
+            self._find_many(&keys[0], n, &r_view[0])
+        if np.any(rows < 0):
+            raise KeyError(f"set_hot: key {int(np.asarray(keys)[np.flatnonzero(rows < 0)[0]])} holds no row")
+        buckets = _table_size(n) // HOT_LANES     # load <= 0.5
+        while True:
+            try:
+                _reserve(&self.hot_slot_buffer, buckets * sizeof(HotBucket))
+                _reserve(&self.hot_key_buffer, n * sizeof(int64_t))
+                _reserve(&self.hot_row_buffer, n * sizeof(int32_t))
+                _reserve(&self.hot_value_buffer, n * dim * sizeof(float))
+            except MemoryError:
+                self._release_hot()
+                raise
+            self.hot_slots = <HotBucket*>self.hot_slot_buffer.data
+            self.hot_keys_of = <int64_t*>self.hot_key_buffer.data
+            self.hot_mask = buckets - 1
+            placed = self._hot_place(&keys[0], n, buckets)
+            if placed == n:
+                break
+            if placed < -1 - n:
+                self._release_hot()
+                raise MemoryError("mxrec_ref fast store: cannot allocate the hot map")
+            if placed < 0:
+                self._release_hot()
+                raise ValueError(f"set_hot: key {keys[-1 - placed]} is repeated")
+            buckets *= 2   # both buckets of a key full (rare at load 0.5): place all again in a bigger map
+        self.hot_row = <int32_t*>self.hot_row_buffer.data
+        self.hot_values = <float*>self.hot_value_buffer.data
+        self.hot_count = self.hot_live = n
+        with nogil:
+            for i in range(n):
+                if i + AHEAD < n:
+                    fast_prefetch(self._value_row(r_view[i + AHEAD]))
+                self.hot_row[i] = <int32_t>r_view[i]
+                memcpy(self.hot_values + i * dim, self._value_row(r_view[i]), dim * sizeof(float))
+
+    def hot_candidates(self, Py_ssize_t n):
+        """The keys holding a row that a refresh of ``n`` hot rows can choose
+        (HOT-2 orders by count, then key): (keys with a count above the n-th
+        highest count, their counts, keys with exactly that count, that
+        count), unsorted.
+        The n-th highest count comes from a radix select (counts are often
+        tied by the million, which slows numpy's introselect down)."""
+        cdef Py_ssize_t r, m = self.n_admitted, i, k = 0, n_above = 0, n_tied = 0, rank
+        cdef uint64_t prefix, prefix_mask, value, all_and = ~(<uint64_t>0), all_or = 0
+        cdef Py_ssize_t histogram[256]
+        cdef int shift, b
+        cdef int64_t threshold
+        if n <= 0 or m == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0
+        values = np.empty(m, dtype=np.uint64)   # counts as order-preserving unsigned values
+        cdef uint64_t[::1] v_view = values
+        with nogil:
+            for r in range(self.next_row):
+                if self.row_live[r] and k < m:
+                    value = <uint64_t>self.row_entries[r].count ^ (1ULL << 63)
+                    v_view[k] = value
+                    all_and &= value
+                    all_or |= value
+                    k += 1
+            m = k
+            rank = min(n, m)   # find the rank-th highest value (from 1), a byte at a time
+            shift = 0          # from the highest byte in which the values differ
+            while shift < 56 and ((all_and ^ all_or) >> (shift + 8)) != 0:
+                shift += 8
+            prefix_mask = ~((1ULL << (shift + 8)) - 1) if shift < 56 else 0
+            prefix = all_and & prefix_mask
+            while True:
+                memset(histogram, 0, sizeof(histogram))
+                for i in range(m):
+                    value = v_view[i]
+                    if (value & prefix_mask) == prefix:
+                        histogram[(value >> shift) & 0xFF] += 1
+                b = 255
+                while histogram[b] < rank:
+                    rank -= histogram[b]
+                    b -= 1
+                prefix |= (<uint64_t>b) << shift
+                prefix_mask |= (<uint64_t>0xFF) << shift
+                if shift == 0:
+                    break
+                shift -= 8
+            threshold = <int64_t>(prefix ^ (1ULL << 63))
+            for r in range(self.next_row):
+                if self.row_live[r]:
+                    n_above += self.row_entries[r].count > threshold
+                    n_tied += self.row_entries[r].count == threshold
+        above = np.empty(n_above, dtype=np.int64)
+        above_counts = np.empty(n_above, dtype=np.int64)
+        tied = np.empty(n_tied, dtype=np.int64)
+        cdef int64_t[::1] a_view = above, ac_view = above_counts, t_view = tied
+        n_above = n_tied = 0
+        with nogil:
+            for r in range(self.next_row):
+                if self.row_live[r]:
+                    if self.row_entries[r].count > threshold:
+                        a_view[n_above] = self.row_entries[r].key
+                        ac_view[n_above] = self.row_entries[r].count
+                        n_above += 1
+                    elif self.row_entries[r].count == threshold:
+                        t_view[n_tied] = self.row_entries[r].key
+                        n_tied += 1
+        return above, above_counts, tied, threshold
 
     cdef void _drop_pending(self, Py_ssize_t p) noexcept nogil:
         """Free pending entry ``p`` (its key already unmapped or remapped):
@@ -497,11 +898,32 @@ cdef class FastCore:
         return unique[:n_unique].copy(), inverse, occurrences[:n_unique].copy()
 
     def plan_train(self, const int64_t[::1] unique, const int64_t[::1] occurrences,
-                   int64_t coefficient, int64_t threshold):
+                   int64_t coefficient, int64_t threshold, hot_index=None):
         """What a training lookup would do, changing nothing: (tagged index of
         each key, new counts, indexes into ``unique`` of the keys to admit, in
         order, number of keys new to the history).  The padding key is
-        skipped (ADM-1)."""
+        skipped (ADM-1).  ``hot_index`` (from hot_index_of, nothing changed
+        since) lets hot keys skip the main map."""
+        return self._plan_train(unique, occurrences, coefficient, threshold,
+                                self._hot_pointer(hot_index, unique.shape[0]), NULL)
+
+    def plan_train_hot(self, const int64_t[::1] unique, const int64_t[::1] occurrences,
+                       int64_t coefficient, int64_t threshold):
+        """plan_train, plus each key's hot index (hot_index_of, probed chunk by
+        chunk on the way; None without a hot set): hot keys skip the main map."""
+        cdef Py_ssize_t n = unique.shape[0]
+        cdef int32_t[::1] h_view
+        if self.hot_live == 0 or n == 0:
+            return self._plan_train(unique, occurrences, coefficient, threshold, NULL, NULL) + (None,)
+        hot_index = np.empty(n, dtype=np.int32)
+        h_view = hot_index
+        return self._plan_train(unique, occurrences, coefficient, threshold, NULL, &h_view[0]) + (hot_index,)
+
+    cdef tuple _plan_train(self, const int64_t[::1] unique, const int64_t[::1] occurrences,
+                           int64_t coefficient, int64_t threshold, const int32_t* hot_in, int32_t* hot_out):
+        """plan_train; hot keys are resolved through the hot block when
+        ``hot_in`` (known hot indexes) or ``hot_out`` (probe, and write them
+        there) is given."""
         cdef Py_ssize_t n = unique.shape[0], start = 0, stop, u, n_admit = 0, n_new = 0
         cdef int64_t count, tag
         tags = np.empty(n, dtype=np.int64)
@@ -511,7 +933,12 @@ cdef class FastCore:
         with nogil:
             while start < n:  # in chunks, so the entries just found are still in L1
                 stop = min(start + CHUNK, n)
-                self._find_many(&unique[start], stop - start, &t_view[start])
+                if hot_in != NULL:
+                    self._find_many_hot(&unique[start], stop - start, hot_in + start, &t_view[start], NULL, True)
+                elif hot_out != NULL:
+                    self._find_many_hot(&unique[start], stop - start, NULL, &t_view[start], hot_out + start, True)
+                else:
+                    self._find_many(&unique[start], stop - start, &t_view[start])
                 for u in range(start, stop):
                     if unique[u] == PADDING_KEY:
                         continue
@@ -527,14 +954,33 @@ cdef class FastCore:
                 start = stop
         return tags, new_counts, admit[:n_admit].copy(), n_new
 
+    cdef const int32_t* _hot_pointer(self, hot_index, Py_ssize_t n) except? NULL:
+        """The data of a hot index from hot_index_of, lookup_eval_hot or
+        plan_train_hot (int32 [n]), or NULL for None, an empty batch or no hot
+        set.  Every index must still name a key in the hot set."""
+        cdef const int32_t[::1] view
+        cdef Py_ssize_t i
+        if hot_index is None or n == 0 or self.hot_live == 0:
+            return NULL
+        view = hot_index
+        if view.shape[0] != n:
+            raise ValueError("hot_index: one entry per unique key is needed")
+        for i in range(n):
+            if view[i] != EMPTY and not (0 <= view[i] < self.hot_count and self.hot_row[view[i]] != EMPTY):
+                raise ValueError("hot_index: stale (the hot set changed since it was computed)")
+        return &view[0]
+
     def commit_train(self, const int64_t[::1] unique, const int64_t[::1] tags,
                      const int64_t[::1] new_counts, const int64_t[::1] admit, Py_ssize_t n_new,
-                     int64_t clock, init_rows, Py_ssize_t capacity, Py_ssize_t total, default_row):
+                     int64_t clock, init_rows, Py_ssize_t capacity, Py_ssize_t total, default_row,
+                     hot_index=None):
         """Apply a plan: count and time-stamp every key, add the new ones to the
         history, give the admitted keys rows filled with ``init_rows`` and the
         slots' initial values.  Every allocation happens before the first
-        change.  Returns the lookup's (rows, admitted), see _gather."""
+        change.  Returns the lookup's (rows, admitted), see _gather; hot keys'
+        rows are copied from the hot block (``hot_index`` from plan_train_hot)."""
         cdef Py_ssize_t n = unique.shape[0], n_admit = admit.shape[0]
+        cdef const int32_t* hot = self._hot_pointer(hot_index, n)
         cdef Py_ssize_t fresh = max(0, n_admit - self.n_free)
         cdef const float[:, ::1] init
         cdef const float* init_data = NULL
@@ -551,14 +997,15 @@ cdef class FastCore:
         with nogil:
             if n:
                 self._commit(&unique[0], &tags[0], &new_counts[0], n, clock, &admit[0] if n_admit else NULL,
-                             n_admit, init_data, &fill_view[0], &out_view[0, 0], &a_view[0])
+                             n_admit, init_data, &fill_view[0], &out_view[0, 0], &a_view[0], hot)
             if total > n:  # padding past the unique keys
                 self._gather(NULL, 0, total - n, &fill_view[0], &out_view[n, 0], &a_view[n])
         return out, admitted.view(np.bool_)
 
     cdef void _commit(self, const int64_t* unique, const int64_t* tags, const int64_t* new_counts,
                       Py_ssize_t n, int64_t clock, const int64_t* admit, Py_ssize_t n_admit,
-                      const float* init, const float* fill, float* out, uint8_t* admitted) noexcept nogil:
+                      const float* init, const float* fill, float* out, uint8_t* admitted,
+                      const int32_t* hot) noexcept nogil:
         """One pass over the unique keys: count and time-stamp each, admit the
         next key due when it comes up (admit[] is in unique order, so rows go
         out in first-occurrence order, EXP-4), then copy its row or the
@@ -573,7 +1020,10 @@ cdef class FastCore:
             if u + 2 * AHEAD < n and tags[u + 2 * AHEAD] != EMPTY:
                 fast_prefetch(self._entry(tags[u + 2 * AHEAD]))
             if u + AHEAD < n and tags[u + AHEAD] >= 0:
-                fast_prefetch(self._value_row(tags[u + AHEAD]))
+                if hot != NULL and hot[u + AHEAD] != EMPTY:
+                    fast_prefetch(self.hot_values + hot[u + AHEAD] * dim)
+                else:
+                    fast_prefetch(self._value_row(tags[u + AHEAD]))
             key = unique[u]
             tag = tags[u]
             if key != PADDING_KEY:
@@ -602,13 +1052,35 @@ cdef class FastCore:
                 entry.last_seen = clock
             if tag >= 0:
                 admitted[u] = 1
-                memcpy(out + u * dim, self._value_row(tag), dim * sizeof(float))
+                if hot != NULL and hot[u] != EMPTY:   # a hot key: the block's copy (HOT-3)
+                    memcpy(out + u * dim, self.hot_values + hot[u] * dim, dim * sizeof(float))
+                else:
+                    memcpy(out + u * dim, self._value_row(tag), dim * sizeof(float))
             else:
                 memcpy(out + u * dim, fill, dim * sizeof(float))
 
-    def lookup_eval(self, const int64_t[::1] unique, Py_ssize_t total, default_row):
-        """An evaluation lookup's (rows, admitted), see _gather; changes nothing."""
+    def lookup_eval(self, const int64_t[::1] unique, Py_ssize_t total, default_row, hot_index=None):
+        """An evaluation lookup's (rows, admitted), see _gather; changes
+        nothing.  With ``hot_index`` (from hot_index_of) hot keys skip the
+        main map and are answered from the hot block (HOT-3)."""
+        return self._lookup_eval(unique, total, default_row, self._hot_pointer(hot_index, unique.shape[0]), NULL)
+
+    def lookup_eval_hot(self, const int64_t[::1] unique, Py_ssize_t total, default_row):
+        """lookup_eval, plus each key's hot index (hot_index_of, probed chunk
+        by chunk on the way; None without a hot set): hot keys skip the main
+        map and are answered from the hot block (HOT-3)."""
+        cdef Py_ssize_t n = unique.shape[0]
+        cdef int32_t[::1] h_view
+        if self.hot_live == 0 or n == 0:
+            return self._lookup_eval(unique, total, default_row, NULL, NULL) + (None,)
+        hot_index = np.empty(n, dtype=np.int32)
+        h_view = hot_index
+        return self._lookup_eval(unique, total, default_row, NULL, &h_view[0]) + (hot_index,)
+
+    cdef tuple _lookup_eval(self, const int64_t[::1] unique, Py_ssize_t total, default_row,
+                            const int32_t* hot_in, int32_t* hot_out):
         cdef Py_ssize_t n = unique.shape[0], start = 0, stop
+        cdef const int32_t* hot
         tags = np.empty(n, dtype=np.int64)
         cdef int64_t[::1] t_view = tags
         out, admitted, fill = self._lookup_outputs(total, default_row)
@@ -618,9 +1090,16 @@ cdef class FastCore:
         with nogil:
             while start < n:  # in chunks, so the keys just found are still in L1
                 stop = min(start + CHUNK, n)
-                self._find_many(&unique[start], stop - start, &t_view[start])
-                self._gather(&t_view[start], stop - start, stop - start, &fill_view[0],
-                             &out_view[start, 0], &a_view[start])
+                if hot_in != NULL or hot_out != NULL:
+                    self._find_many_hot(&unique[start], stop - start, hot_in + start if hot_in != NULL else NULL,
+                                        &t_view[start], hot_out + start if hot_out != NULL else NULL)
+                    hot = hot_in + start if hot_in != NULL else hot_out + start
+                    self._gather_hot(&t_view[start], hot, stop - start, &fill_view[0],
+                                     &out_view[start, 0], &a_view[start])
+                else:
+                    self._find_many(&unique[start], stop - start, &t_view[start])
+                    self._gather(&t_view[start], stop - start, stop - start, &fill_view[0],
+                                 &out_view[start, 0], &a_view[start])
                 start = stop
             if total > n:  # padding past the unique keys
                 self._gather(NULL, 0, total - n, &fill_view[0], &out_view[n, 0], &a_view[n])
@@ -649,6 +1128,27 @@ cdef class FastCore:
             else:
                 memcpy(out + u * dim, fill, dim * sizeof(float))
 
+    cdef void _gather_hot(self, const int64_t* tags, const int32_t* hot, Py_ssize_t n, const float* fill,
+                          float* out, uint8_t* admitted) noexcept nogil:
+        """_gather for n keys, hot ones (hot[u] != EMPTY, tags[u] their row)
+        copied from the block."""
+        cdef Py_ssize_t u
+        cdef int dim = self.dim
+        for u in range(n):
+            if u + AHEAD < n:
+                if hot[u + AHEAD] != EMPTY:
+                    fast_prefetch(self.hot_values + hot[u + AHEAD] * dim)
+                elif tags[u + AHEAD] >= 0:
+                    fast_prefetch(self._value_row(tags[u + AHEAD]))
+            if hot[u] != EMPTY:
+                admitted[u] = 1
+                memcpy(out + u * dim, self.hot_values + hot[u] * dim, dim * sizeof(float))
+            elif tags[u] >= 0:
+                admitted[u] = 1
+                memcpy(out + u * dim, self._value_row(tags[u]), dim * sizeof(float))
+            else:
+                memcpy(out + u * dim, fill, dim * sizeof(float))
+
     def position_stats(self, const int64_t[::1] keys, const int64_t[::1] inverse, admitted):
         """(padding positions, positions whose key holds a row)."""
         cdef const uint8_t[::1] a_view = admitted.view(np.uint8)
@@ -658,6 +1158,19 @@ cdef class FastCore:
                 padding += keys[p] == PADDING_KEY
                 with_row += a_view[inverse[p]]
         return padding, with_row
+
+    def position_stats_hot(self, const int64_t[::1] keys, const int64_t[::1] inverse, admitted,
+                           const int32_t[::1] hot_index):
+        """position_stats and the positions whose key is hot (hot_index from
+        hot_index_of of the unique keys): answered from the hot block (HOT-4)."""
+        cdef const uint8_t[::1] a_view = admitted.view(np.uint8)
+        cdef Py_ssize_t n = keys.shape[0], p, padding = 0, with_row = 0, hot = 0
+        with nogil:
+            for p in range(n):
+                padding += keys[p] == PADDING_KEY
+                with_row += a_view[inverse[p]]
+                hot += hot_index[inverse[p]] != EMPTY
+        return padding, with_row, hot
 
     def row_handles(self, const int64_t[::1] keys):
         """Each key's row, -1 where it holds none."""
@@ -685,7 +1198,10 @@ cdef class FastCore:
         with nogil:
             while start < n:  # in chunks, so the keys just found are still in L1
                 stop = min(start + CHUNK, n)
-                self._find_many(&keys[start], stop - start, &r_view[start])  # compacted below (k <= i)
+                if self.hot_live:   # hot keys skip the main map
+                    self._find_many_hot(&keys[start], stop - start, NULL, &r_view[start], NULL)
+                else:
+                    self._find_many(&keys[start], stop - start, &r_view[start])  # compacted below (k <= i)
                 for i in range(start, stop):
                     if m_view[i] and r_view[i] >= 0:
                         p_view[k] = i
@@ -726,6 +1242,8 @@ cdef class FastCore:
                     if decay:
                         gc = gc + weight_decay * w[c]
                     w[c] = w[c] - lr * gc
+            if k:
+                self._hot_write_through(&rows[0], k)
 
     def adagrad(self, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
                 float lr, Py_ssize_t accumulator):
@@ -751,6 +1269,8 @@ cdef class FastCore:
                     a = acc[c] + gc * gc
                     acc[c] = a
                     w[c] = w[c] - (lr * gc) / sqrtf(a)
+            if k:
+                self._hot_write_through(&rows[0], k)
 
     def lazy_adam(self, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
                   float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
@@ -783,6 +1303,8 @@ cdef class FastCore:
                     m[c] = mc
                     v[c] = vc
                     w[c] = w[c] - (lr_t * mc) / (sqrtf(vc) + epsilon)
+            if k:
+                self._hot_write_through(&rows[0], k)
 
     def ftrl_sqrt(self, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
                   float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear):
@@ -811,6 +1333,8 @@ cdef class FastCore:
                     acc_new = acc[c] + g[c] * g[c]
                     _ftrl_element(&w[c], &acc[c], &lin[c], g[c], acc_new,
                                   sqrtf(acc_new), sqrtf(acc[c]), lr, l1, l2, l2_shrinkage)
+            if k:
+                self._hot_write_through(&rows[0], k)
 
     def ftrl_accumulate(self, const int64_t[::1] rows, const int64_t[::1] positions,
                         const float[:, ::1] grads, Py_ssize_t accum):
@@ -854,6 +1378,8 @@ cdef class FastCore:
                 for c in range(dim):
                     _ftrl_element(&w[c], &acc[c], &lin[c], grads[positions[j], c], acc_new[j, c],
                                   power_new[j, c], power_old[j, c], lr, l1, l2, l2_shrinkage)
+            if k:
+                self._hot_write_through(&rows[0], k)
 
     # ============================================================ eviction
     def expired_keys(self, int64_t cutoff):
@@ -894,6 +1420,7 @@ cdef class FastCore:
                     continue
                 self._unlink(keys[i])
                 if tag >= 0:
+                    self._hot_leave(keys[i])   # a hot key that loses its row leaves the set (HOT-2)
                     self.row_live[tag] = 0
                     self.free_rows[self.n_free] = tag
                     self.n_free += 1
@@ -904,6 +1431,67 @@ cdef class FastCore:
                     self._drop_pending(_pending_index(tag))
                     pending += 1
         return admitted, pending
+
+    # ========================================================== tier moves
+    def entries_of(self, const int64_t[::1] keys):
+        """(counts, last_seen) of ``keys``, which must all hold a row: what a
+        row carries when it moves to another storage tier."""
+        cdef Py_ssize_t n = keys.shape[0], i
+        tags = np.empty(n, dtype=np.int64)
+        counts = np.empty(n, dtype=np.int64)
+        last_seen = np.empty(n, dtype=np.int64)
+        cdef int64_t[::1] t_view = tags, c_view = counts, s_view = last_seen
+        cdef Entry* entry
+        if n == 0:
+            return counts, last_seen
+        with nogil:
+            self._find_many(&keys[0], n, &t_view[0])
+        if np.any(tags < 0):
+            raise KeyError(f"entries_of: key {int(np.asarray(keys)[np.flatnonzero(tags < 0)[0]])} holds no row")
+        with nogil:
+            for i in range(n):
+                entry = &self.row_entries[t_view[i]]
+                c_view[i] = entry.count
+                s_view[i] = entry.last_seen
+        return counts, last_seen
+
+    def put_rows(self, const int64_t[::1] keys, const int64_t[::1] counts, const int64_t[::1] last_seen,
+                 values, slot_arrays, Py_ssize_t capacity):
+        """Insert ``keys`` (distinct, holding no row and not pending) as
+        admitted keys with the given entries, values and slot values: a row
+        coming back from another storage tier.  Rows are handed out as for
+        new keys (EXP-4), in the given order."""
+        cdef Py_ssize_t n = keys.shape[0], i, s
+        cdef Py_ssize_t fresh = max(0, n - self.n_free)
+        cdef int32_t row
+        cdef const float[:, ::1] source
+        cdef Entry* entry
+        if n == 0:
+            return
+        for i in range(n):
+            if self._find(keys[i]) != EMPTY:
+                raise KeyError(f"put_rows: key {keys[i]} is already in the history")
+        arrays = [np.ascontiguousarray(a, dtype=np.float32).reshape(n, self.dim)
+                  for a in [values] + list(slot_arrays)]
+        self._reserve_history(n, 0)
+        self._ensure_rows(self.next_row + fresh, capacity)
+        self._populate_rows(self.next_row, fresh)
+        rows = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            row = self._take_row()
+            rows[i] = row
+            entry = &self.row_entries[row]
+            entry.key = keys[i]
+            entry.count = counts[i]
+            entry.last_seen = last_seen[i]
+            self.row_live[row] = 1
+            self.n_admitted += 1
+            self._link(keys[i], row)
+        for s, array in enumerate(arrays):
+            source = array
+            for i in range(n):
+                memcpy(self._value_row(rows[i]) if s == 0 else self._slot_row(s - 1, rows[i]),
+                       &source[i, 0], self.dim * sizeof(float))
 
     # ======================================================= export/import
     def export_entries(self, bint admitted):
@@ -956,6 +1544,7 @@ cdef class FastCore:
         keys come with load_entries."""
         cdef Py_ssize_t n = len(values), s
         cdef const float[:, ::1] source
+        self._release_hot()   # an import replaces every row: no key stays hot
         self._ensure_rows(n, capacity)
         for s, array in enumerate([values] + list(slot_arrays)):
             source = np.ascontiguousarray(array, dtype=np.float32).reshape(n, self.dim)
@@ -973,6 +1562,7 @@ cdef class FastCore:
         cdef Py_ssize_t n = keys.shape[0], i
         cdef int32_t tag
         cdef Entry* entry
+        self._release_hot()   # an import replaces every row: no key stays hot
         self._reserve_history(n, 0 if with_rows else n)
         with nogil:
             for i in range(n):

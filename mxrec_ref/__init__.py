@@ -8,8 +8,8 @@ The store layer (one table, no TensorFlow needed)::
     store.apply_gradients(result, grads, step=0)
 """
 from .config import Initializer, TableConfig
-from .errors import (CapacityError, CheckpointError, ConfigError, GradientError, KeyInputError,
-                     MxrecError, UsageError)
+from .errors import (CapacityError, CheckpointError, ConfigError, DiskCorruptionError, DiskFullError, GradientError,
+                     KeyInputError, MxrecError, UsageError)
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
 from .store import STAT_NAMES, LookupResult, Store, TableState, available_backends, open_store
 
@@ -19,5 +19,5 @@ __all__ = [
     "Initializer", "TableConfig", "SGD", "Adagrad", "Ftrl", "LazyAdam", "SparseOptimizer",
     "open_store", "available_backends", "Store", "LookupResult", "TableState", "STAT_NAMES",
     "MxrecError", "ConfigError", "KeyInputError", "GradientError", "CapacityError", "CheckpointError",
-    "UsageError",
+    "UsageError", "DiskFullError", "DiskCorruptionError",
 ]

@@ -9,7 +9,11 @@ every call (tests/test_differential.py).  The split:
   ``ref/optimizer_math.py`` rounds them);
 * in ``mxrec_ref._fast.FastCore``: the key history (hash map), row placement,
   row storage, batch dedup, gathers and the optimizer loops, each without the
-  GIL.
+  GIL; and the hot block (spec/hot.md): a small map of the hot keys, their
+  rows and a compact copy of their values.  Lookups probe each unique key's
+  hot index, hot keys skip the main map and are gathered from the block, and
+  every optimizer kernel writes through to it.  When and which keys become
+  hot is ``mxrec_ref.hot``'s policy, applied here as in the reference.
 
 A training lookup is planned (nothing changes), checked, then committed, so
 an error leaves the store as it was (CON-4).  Messages are copied from the
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import hot
 from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
 from .errors import UsageError
@@ -32,8 +37,11 @@ F32 = np.float32
 class FastStore(Store):
     backend_name = "fast"
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
+                 hot_rows: int | None = None):
         super().__init__(config, optimizer)
+        self._hot_step = hot.update_step(config.name)                  # HOT-1
+        self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
         self._default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
         initial = self.optimizer.slot_initial_values()
         # A slot without an initial value keeps what its row held, as in the
@@ -54,12 +62,20 @@ class FastStore(Store):
             raise UsageError(f"table {self.name!r}: send_count: the batch has {n_unique} unique keys, "
                              f"more than send_count={pad_to}; raise send_count")
         total = n_unique if pad_to is None else max(pad_to, n_unique)
+        # hot_index: each unique key's index in the hot block, probed on the
+        # way, as the set is before this lookup's refresh (None: no hot set)
         if train:
-            rows, admitted = self._train_lookup(unique, occurrences, step, timestamp, total)
+            rows, admitted, hot_index = self._train_lookup(unique, occurrences, step, timestamp, total)
         else:
-            rows, admitted = core.lookup_eval(unique, total, self._default_row)
-        padding, with_row = core.position_stats(keys, inverse, admitted)
+            rows, admitted, hot_index = core.lookup_eval_hot(unique, total, self._default_row)
+        if hot_index is None:
+            padding, with_row = core.position_stats(keys, inverse, admitted)
+        else:
+            padding, with_row, hot_hits = core.position_stats_hot(keys, inverse, admitted, hot_index)
+            self._counters["hot_hit_positions"] += hot_hits
         self._count_positions(train, keys.size, padding, with_row)
+        if train and hot.is_refresh_due(self._counters["train_lookups"], self._hot_step):
+            self._refresh_hot()
         if total > n_unique:
             unique = np.concatenate([unique, np.full(total - n_unique, PADDING_KEY, dtype=np.int64)])
         return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
@@ -67,13 +83,14 @@ class FastStore(Store):
 
     def _train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-*, EXP-*); returns the lookup's
-        (rows, admitted).  All checks happen before the commit."""
+        (rows, admitted, hot index of each unique key or None).  All checks
+        happen before the commit."""
         source, time = ("timestamp", timestamp) if timestamp is not None else ("step", step)
         if self.clock_source is not None and source != self.clock_source:
             raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
                              f"a training lookup must not switch it to the {source} (CON-5)")
         core = self._core
-        tags, new_counts, admit, n_new = core.plan_train(
+        tags, new_counts, admit, n_new, hot_index = core.plan_train_hot(
             unique, occurrences, self.effective_coefficient(), self.config.admit_threshold)
         self._reserve(len(admit))
         init = None
@@ -82,11 +99,22 @@ class FastStore(Store):
             init = _initial_rows(self.config, unique[admit])
         clock = time if self.clock is None else max(self.clock, time)
         rows, admitted = core.commit_train(unique, tags, new_counts, admit, n_new, clock, init,
-                                           self._capacity_rows, total, self._default_row)
+                                           self._capacity_rows, total, self._default_row, hot_index)
         self.clock, self.clock_source = clock, source
         self._counters["admitted"] += len(admit)
         self._counters["train_lookups"] += 1
-        return rows, admitted
+        return rows, admitted, hot_index
+
+    def _refresh_hot(self) -> None:
+        """HOT-2: the hot set becomes the hot_rows keys holding a row with the
+        highest counts (hot.choose_hot_keys) and their rows are copied."""
+        core, n = self._core, self._hot_capacity
+        chosen = np.zeros(0, dtype=np.int64)
+        if n > 0 and core.size:
+            keys, counts = _hot_candidates(*core.hot_candidates(n), n)
+            chosen = hot.choose_hot_keys(keys, counts, n)
+        core.set_hot(chosen)
+        self._counters["hot_refreshes"] += 1
 
     def _reserve(self, n_new: int) -> None:
         """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
@@ -161,6 +189,7 @@ class FastStore(Store):
         stats["size"] = self._core.size
         stats["capacity"] = self._capacity_rows
         stats["pending"] = self._core.history_size - self._core.size
+        stats["hot_rows"] = self._core.hot_size
         return stats
 
     def _row_handles(self, keys):
@@ -179,6 +208,36 @@ class FastStore(Store):
         """The bytes behind ``bytes_per_key``, by structure."""
         with self._lock:
             return self._core.memory_bytes(allocated)
+
+    # ---------------------------------------------------------- tier moves
+    def _rows_of(self, keys):
+        """Copies of what ``keys`` (all holding a row) carry to another tier:
+        (values, {slot: values}, counts, last_seen)."""
+        core = self._core
+        rows = core.row_handles(keys)
+        counts, last_seen = core.entries_of(keys)
+        return (core.copy_rows(rows, -1), {name: core.copy_rows(rows, i) for name, i in self._slot_index.items()},
+                counts, last_seen)
+
+    def _distinct(self, keys):
+        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
+        return self._core.dedup(keys, None)[0]
+
+    def _drop_rows(self, keys) -> None:
+        """Forget ``keys`` (their rows moved to another tier); no counter
+        moves.  Hot ones leave the hot set (HOT-2)."""
+        self._core.remove_keys(keys)
+
+    def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
+        """Take back ``keys`` with the state they carry; no counter moves."""
+        self._capacity_rows = max(self._capacity_rows, self._core.size + len(keys))
+        self._core.put_rows(_int64(keys), _int64(counts), _int64(last_seen), values,
+                            [slots[name] for name in self._slot_index], self._capacity_rows)
+
+    def _admitted_entries(self):
+        """(keys ascending, counts, last_seen) of every key holding a row."""
+        keys, counts, last_seen, _ = self._core.export_entries(True)
+        return keys, counts, last_seen
 
     def _export(self) -> TableState:
         core = self._core
@@ -199,7 +258,7 @@ class FastStore(Store):
 
     def _import_state(self, state: TableState) -> None:
         """Loaded keys take rows 0..n-1 in ascending key order (CKPT-6);
-        counters are kept."""
+        counters are kept; the hot set is emptied (clear)."""
         core = self._core
         slot_arrays = [state.slots[name] for name in self._slot_index]
         core.clear()
@@ -213,6 +272,20 @@ class FastStore(Store):
         core.load_entries(_int64(state.pending_keys), _int64(state.pending_counts),
                           _int64(state.pending_last_seen), False)
         self.clock, self.clock_source = state.clock, state.clock_source
+
+
+def _hot_candidates(above: np.ndarray, above_counts: np.ndarray, tied: np.ndarray, threshold: int, n: int):
+    """The keys (and counts) hot.choose_hot_keys can pick for ``n`` hot rows,
+    from FastCore.hot_candidates: every key with a count above the n-th
+    highest count, then the smallest keys with exactly that count (HOT-2
+    breaks ties by the smaller key).  choose_hot_keys orders by count, then
+    key, whatever the input order, so its result on these is its result on
+    all keys -- but a refresh of a table of millions of keys sorts n keys."""
+    need = n - len(above)
+    if len(tied) > need:
+        tied = np.partition(tied, need - 1)[:need] if need > 0 else tied[:0]
+    return (np.concatenate([above, tied]),
+            np.concatenate([above_counts, np.full(len(tied), threshold, dtype=np.int64)]))
 
 
 def _initial_rows(config: TableConfig, keys: np.ndarray) -> np.ndarray:

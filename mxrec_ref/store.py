@@ -14,6 +14,7 @@ only.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -44,6 +45,25 @@ STAT_NAMES = (
     "grad_applies",
     "grad_rows_applied",
     "grad_rows_dropped",   # gradient rows of keys without a row (not admitted, padding, evicted)
+    # storage tiers (spec/tiers.md, TIER-8); an HBM table has every row on the device
+    "device_rows",
+    "host_rows",
+    "disk_rows",
+    "host_to_device_rows",
+    "device_to_host_rows",
+    "host_to_disk_rows",
+    "disk_to_host_rows",
+    "host_device_bytes",   # bytes of rows (values and optimizer slots) moved either way
+    "host_disk_bytes",
+    "disk_reads",          # records read from SSD files
+    "disk_writes",         # records written
+    "disk_bytes_read",
+    "disk_bytes_written",
+    "compactions",
+    # hot embedding (spec/hot.md, HOT-4)
+    "hot_rows",            # keys in the hot block now
+    "hot_refreshes",
+    "hot_hit_positions",   # non-padding positions answered from the hot block
 )
 
 
@@ -116,6 +136,7 @@ class Store(ABC):
     lock, and call the backend hook; see spec/contract.md for the rules."""
 
     backend_name = "abstract"
+    tiered = False     # True for DDR and SSD tables (spec/tiers.md)
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
         if not isinstance(config, TableConfig):
@@ -224,7 +245,9 @@ class Store(ABC):
     def stats(self) -> dict[str, int]:
         with self._lock:
             stats = self._stats()
-        return {name: int(stats[name]) for name in STAT_NAMES}
+        if not self.tiered:
+            stats["device_rows"] = stats["size"]     # HBM: every row is on the device (TIER-10)
+        return {name: int(stats.get(name, 0)) for name in STAT_NAMES}
 
     def export(self) -> TableState:
         with self._lock:
@@ -489,14 +512,35 @@ def register_backend(name: str, factory: Callable[..., Store]) -> None:
     _BACKENDS[name] = factory
 
 
-def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *, backend: str = "ref") -> Store:
-    """A new, empty store for ``config`` on the named backend ("ref" or "fast")."""
+def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *, backend: str = "ref",
+               hot_rows: int | None = None, **tier_options) -> Store:
+    """A new, empty store for ``config`` on the named backend ("ref" or "fast").
+
+    ``hot_rows`` overrides the size of the hot block (spec/hot.md; 0 turns
+    it off); only passed on when given, so a third-party factory need not
+    know it.
+
+    A table with ``host_vocabulary_size > 0`` is a DDR or SSD table: the
+    backend's store behind the storage tiers (spec/tiers.md).  ``tier_options``
+    go to it: ``ssd_folder_limit_bytes`` (bytes of SSD files per
+    ``ssd_data_path`` folder) and ``ssd_fault_hook`` (called before every
+    disk write; raising OSError simulates a full disk)."""
     if backend not in _BACKENDS:
         _load_builtin_backends()
     if backend not in _BACKENDS:
         raise ValueError(f"table {getattr(config, 'name', '?')!r}: backend: unknown backend {backend!r} "
                          f"(available: {sorted(_BACKENDS)})")
-    return _BACKENDS[backend](config, optimizer)
+    factory = _BACKENDS[backend]
+    if hot_rows is not None:
+        factory = functools.partial(factory, hot_rows=hot_rows)
+    if isinstance(config, TableConfig) and config.host_vocabulary_size > 0:
+        from .tiers import TieredStore, placement_for
+
+        return TieredStore(config, optimizer, factory, placement_for(backend), **tier_options)
+    if tier_options:
+        raise UsageError(f"table {getattr(config, 'name', '?')!r}: {sorted(tier_options)[0]}: storage tier "
+                         f"options need a host tier (host_vocabulary_size > 0)")
+    return factory(config, optimizer)
 
 
 def available_backends() -> list[str]:

@@ -100,7 +100,7 @@ def _storage(config: TrainConfig) -> dict:
     return {"hbm": dict(device_vocabulary_size=vocab),
             "dynamic": dict(device_vocabulary_size=max(1, vocab // 16)),
             "ddr": dict(device_vocabulary_size=vocab, host_vocabulary_size=4 * vocab),
-            "ssd": dict(device_vocabulary_size=vocab, host_vocabulary_size=4 * vocab,
+            "ssd": dict(device_vocabulary_size=vocab, host_vocabulary_size=max(1, vocab // 4),
                         ssd_vocabulary_size=16 * vocab, ssd_data_path=(tempfile.mkdtemp(prefix="mxrec-ssd-"),)),
             }[config.storage]
 
@@ -314,8 +314,8 @@ def _print_stats(stats: dict, echo) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    columns = ("size", "capacity", "pending", "admitted", "evicted", "growths", "key_positions",
-               "default_positions", "grad_rows_applied")
+    columns = ("size", "capacity", "pending", "admitted", "evicted", "key_positions", "default_positions",
+               "device_rows", "host_rows", "disk_rows", "hot_hit_positions")
     table = Table(title="per-table statistics")
     table.add_column("table")
     for name in columns:
@@ -324,7 +324,7 @@ def _print_stats(stats: dict, echo) -> None:
         table.add_row(name, *(f"{s[c]:,}" for c in columns))
     if echo is print:
         console = Console()
-        console.width = max(console.width, 130)   # keep the numbers whole when not on a wide terminal
+        console.width = max(console.width, 170)   # keep the numbers whole when not on a wide terminal
         console.print(table)
     else:
         for name, s in stats.items():

@@ -121,13 +121,13 @@ def test_cfg_9_optimizer_ranges(factory, parameter):
 
 
 @pytest.mark.parametrize("store_backend", ["ref", "fast"])
-def test_cfg_10_tier_sizes_are_accepted_and_behave_flat(store_backend):
-    from mxrec_ref import CapacityError, open_store
+def test_cfg_10_tier_sizes_choose_the_storage_mode(store_backend):
+    from mxrec_ref import open_store
 
     tiered = open_store(TableConfig("t", dim=2, device_vocabulary_size=4, host_vocabulary_size=8), backend=store_backend)
-    flat = open_store(TableConfig("t", dim=2, device_vocabulary_size=12), backend=store_backend)
-    batch = np.arange(10)
+    hbm = open_store(TableConfig("t", dim=2, device_vocabulary_size=12), backend=store_backend)
+    assert tiered.tiered and not hbm.tiered
     assert tiered.capacity() == 12
-    assert np.array_equal(tiered.lookup(batch, step=0).rows, flat.lookup(batch, step=0).rows)
-    with pytest.raises(CapacityError, match="host_vocabulary_size: .* at least 13"):
-        tiered.lookup(np.arange(13), step=1)
+    for step in range(5):                       # the host tier grows past host_vocabulary_size
+        tiered.lookup(np.arange(4 * step, 4 * step + 4), step=step)
+    assert tiered.size() == tiered.capacity() == 20

@@ -7,6 +7,8 @@ optimizer, evictions, growth past several rehashes, fixed-capacity overflow,
 save, load and cross-load -- and after every step asserts that the two agree
 bit for bit: results, exported state, statistics, row placement and errors.
 """
+import dataclasses
+import itertools
 import shutil
 import tempfile
 
@@ -51,11 +53,25 @@ class RefVersusFast(RuleBasedStateMachine):
     def teardown(self):
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    @initialize(config=table_configs(), optimizer=optimizers)
-    def open(self, config, optimizer):
-        self.config, self.optimizer = config, optimizer
-        self.ref = open_store(config, optimizer, backend="ref")
-        self.fast = open_store(config, optimizer, backend=self.other)
+    @initialize(config=table_configs(), optimizer=optimizers, storage=st.sampled_from(["hbm", "hbm", "ddr", "ssd"]),
+                device_rows=st.integers(6, 40), host_rows=st.integers(1, 8), hot_rows=st.sampled_from([None, 0, 3]))
+    def open(self, config, optimizer, storage, device_rows, host_rows, hot_rows):
+        """HBM tables as drawn; DDR and SSD tables (TIER-11) with a small
+        device budget and host tier, so rows move at almost every step."""
+        if storage != "hbm":
+            ssd = dict(ssd_vocabulary_size=16) if storage == "ssd" else {}
+            config = dataclasses.replace(config, dynamic_expansion=False, device_vocabulary_size=device_rows,
+                                         host_vocabulary_size=host_rows, **ssd)
+        self.config, self.optimizer, self.hot_rows = config, optimizer, hot_rows
+        self.folders = itertools.count()
+        self.ref, self.fast = self._open("ref"), self._open(self.other)
+
+    def _open(self, backend):
+        """A new store; an SSD table gets a folder of its own (files must not pre-exist, TIER-9)."""
+        config = self.config
+        if config.ssd_vocabulary_size:
+            config = dataclasses.replace(config, ssd_data_path=(f"{self.directory}/ssd-{next(self.folders)}",))
+        return open_store(config, self.optimizer, backend=backend, hot_rows=self.hot_rows)
 
     def _both(self, method, *args, **kwargs):
         a, error_a = _call(self.ref, method, *args, **kwargs)
@@ -133,10 +149,11 @@ class RefVersusFast(RuleBasedStateMachine):
         self.ref.save(f"{self.directory}/ref")
         self.fast.save(f"{self.directory}/fast")
         ref_source, fast_source = ("fast", "ref") if cross else ("ref", "fast")
-        self.ref = open_store(self.config, self.optimizer, backend="ref")
-        self.fast = open_store(self.config, self.optimizer, backend=self.other)
-        self._both("load", f"{self.directory}/{ref_source}")
-        self.fast.load(f"{self.directory}/{fast_source}")
+        self.ref, self.fast = self._open("ref"), self._open(self.other)
+        # One load each: a load counts its tier moves (TIER-10), so loading twice would differ.
+        _, error_a = _call(self.ref, "load", f"{self.directory}/{ref_source}")
+        _, error_b = _call(self.fast, "load", f"{self.directory}/{fast_source}")
+        assert error_a == error_b
         self.last = None
         self.saved = True
 
@@ -151,19 +168,24 @@ class RefVersusFast(RuleBasedStateMachine):
     def agree(self):
         if not hasattr(self, "ref"):
             return
-        diffs = self.ref.export().differences(self.fast.export())
+        ref_state = self.ref.export()      # once each: reading SSD rows counts as disk reads
+        diffs = ref_state.differences(self.fast.export())
         assert diffs == [], f"exports differ in {diffs}"
         assert self.ref.stats() == self.fast.stats()
-        keys = np.concatenate([self.ref.export().keys, np.array([-1, 3, 2**62], np.int64)])
+        keys = np.concatenate([ref_state.keys, np.array([-1, 3, 2**62], np.int64)])
         keys = self._keys(keys)
         assert self.ref.row_handles(keys).tolist() == self.fast.row_handles(keys).tolist()
+        if self.ref.tiered:
+            assert self.ref.tier_of(keys).tolist() == self.fast.tier_of(keys).tolist()
 
 
 RefVersusFast.TestCase.settings = settings(settings.default, stateful_step_count=30)
 
 
-def test_be_1_agrees_with_the_reference_step_by_step(other_backend):
-    """BE-1, OPT-7: bit-identical behaviour on random call sequences (the fast
-    path, or the third-party store under test, against the reference)."""
+def test_be_1_agrees_with_the_reference_step_by_step(other_backend, monkeypatch):
+    """BE-1, OPT-7, TIER-11, HOT-4: bit-identical behaviour, the same tier
+    placement and the same hot sets on random call sequences (the fast path, or the third-party store under
+    test, against the reference)."""
+    monkeypatch.setenv("HOT_EMB_UPDATE_STEP", "2")   # hot refreshes every other training lookup (HOT-4)
     RefVersusFast.other = other_backend
     RefVersusFast.TestCase("runTest").runTest()

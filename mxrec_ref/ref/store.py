@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import hot
 from ..config import TableConfig
 from ..errors import UsageError
 from ..initializers import initial_rows
@@ -21,8 +22,10 @@ COUNT_MAX = 2**63 - 1  # counts saturate here (ADM-7)
 class RefStore(Store):
     backend_name = "ref"
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None):
         super().__init__(config, optimizer)
+        self._hot_step = hot.update_step(config.name)                  # HOT-1
+        self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
         self._reset()
         self._counters = {name: 0 for name in STAT_NAMES}
 
@@ -38,6 +41,8 @@ class RefStore(Store):
         self._slots = {name: np.zeros((0, dim), dtype=np.float32) for name in self.optimizer.slot_names}
         self.clock: int | None = None
         self.clock_source: str | None = None
+        self._hot: dict[int, int] = {}          # hot key -> its row in the hot block (HOT-2)
+        self._hot_block = np.zeros((0, dim), dtype=np.float32)
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
@@ -51,12 +56,19 @@ class RefStore(Store):
             admitted = np.array([k in self._row_of for k in unique.tolist()], dtype=bool)
         rows = np.empty((len(unique), self.config.dim), dtype=np.float32)
         rows[:] = self.config.default_row()
+        is_hot = np.zeros(len(unique), dtype=bool)
         for i, key in enumerate(unique.tolist()):
-            if admitted[i]:
+            if key in self._hot:                # the hot block is consulted first (HOT-3)
+                rows[i] = self._hot_block[self._hot[key]]
+                is_hot[i] = True
+            elif admitted[i]:
                 rows[i] = self._values[self._row_of[key]]
         padding = int(np.count_nonzero(keys == PADDING_KEY))
         with_row = int(np.count_nonzero(admitted[inverse])) if keys.size else 0
         self._count_positions(train, keys.size, padding, with_row)
+        self._counters["hot_hit_positions"] += int(np.count_nonzero(is_hot[inverse])) if keys.size else 0
+        if train and hot.is_refresh_due(self._counters["train_lookups"], self._hot_step):
+            self._refresh_hot()
         n_unique = len(unique)
         if pad_to is not None and pad_to > n_unique:
             extra = pad_to - n_unique
@@ -94,6 +106,14 @@ class RefStore(Store):
         self._place(to_admit)
         self._counters["train_lookups"] += 1
         return np.array([k in self._row_of for k in unique.tolist()], dtype=bool)
+
+    def _refresh_hot(self) -> None:
+        """HOT-2: the most frequently accessed keys holding a row, and a copy of their rows."""
+        keys, counts, _ = self._admitted_entries()
+        chosen = hot.choose_hot_keys(keys, counts, self._hot_capacity)
+        self._hot = {key: i for i, key in enumerate(chosen.tolist())}
+        self._hot_block = self._values[[self._row_of[k] for k in chosen.tolist()]].reshape(-1, self.config.dim)
+        self._counters["hot_refreshes"] += 1
 
     def _admit_threshold(self) -> int:
         return self.config.admit_threshold
@@ -151,6 +171,10 @@ class RefStore(Store):
         self._values[rows] = weights
         for name, array in slots.items():
             self._slots[name][rows] = array
+        for i in positions:                      # the hot block follows its rows (HOT-3)
+            key = int(keys[i])
+            if key in self._hot:
+                self._hot_block[self._hot[key]] = self._values[self._row_of[key]]
         self._counters["grad_applies"] += 1
         self._counters["grad_rows_applied"] += len(rows)
         self._counters["grad_rows_dropped"] += len(keys) - len(rows)
@@ -167,6 +191,7 @@ class RefStore(Store):
         for key in expired:                      # ascending key order (EVI-3)
             del self._count[key]
             del self._last_seen[key]
+            self._hot.pop(key, None)
             row = self._row_of.pop(key, None)
             if row is None:
                 self._counters["evicted_pending"] += 1
@@ -187,10 +212,58 @@ class RefStore(Store):
         stats["size"] = len(self._row_of)
         stats["capacity"] = self._capacity_rows
         stats["pending"] = len(self._count) - len(self._row_of)
+        stats["hot_rows"] = len(self._hot)
         return stats
 
     def _row_handles(self, keys):
         return np.array([self._row_of.get(k, -1) for k in keys.tolist()], dtype=np.int64)
+
+    # ---------------------------------------------------------- tier moves
+    def _rows_of(self, keys):
+        """Copies of what ``keys`` (all holding a row) carry to another tier:
+        (values, {slot: values}, counts, last_seen)."""
+        rows = np.array([self._row_of[k] for k in keys.tolist()], dtype=np.int64)
+        return (self._values[rows].copy(), {name: array[rows].copy() for name, array in self._slots.items()},
+                np.array([self._count[k] for k in keys.tolist()], dtype=np.int64),
+                np.array([self._last_seen[k] for k in keys.tolist()], dtype=np.int64))
+
+    def _distinct(self, keys):
+        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
+        return _unique_first_occurrence(keys, None)[0]
+
+    def _drop_rows(self, keys) -> None:
+        """Forget ``keys`` (their rows moved to another tier): rows go on the
+        free stack in the given order, as eviction frees them; no counter moves."""
+        for key in keys.tolist():
+            self._hot.pop(key, None)
+            self._free_rows.append(self._row_of.pop(key))
+            del self._count[key]
+            del self._last_seen[key]
+
+    def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
+        """Take back ``keys`` (not in the history) with the state they carry;
+        rows are handed out as for new keys (EXP-4); no counter moves."""
+        self._capacity_rows = max(self._capacity_rows, len(self._row_of) + len(keys))
+        rows = []
+        for key, count, seen in zip(keys.tolist(), counts.tolist(), last_seen.tolist()):
+            row = self._free_rows.pop() if self._free_rows else self._next_row
+            if row == self._next_row:
+                self._next_row += 1
+            self._row_of[key] = row
+            self._count[key] = count
+            self._last_seen[key] = seen
+            rows.append(row)
+        self._ensure_allocated(self._next_row)
+        rows = np.array(rows, dtype=np.int64)
+        self._values[rows] = values
+        for name in self._slots:
+            self._slots[name][rows] = slots[name]
+
+    def _admitted_entries(self):
+        """(keys ascending, counts, last_seen) of every key holding a row."""
+        keys = sorted(self._row_of)
+        return (np.array(keys, dtype=np.int64), np.array([self._count[k] for k in keys], dtype=np.int64),
+                np.array([self._last_seen[k] for k in keys], dtype=np.int64))
 
     def _export(self) -> TableState:
         keys = np.array(sorted(self._row_of), dtype=np.int64)

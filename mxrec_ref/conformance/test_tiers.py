@@ -1,0 +1,217 @@
+"""Storage tiers, rule by rule (spec/tiers.md)."""
+import errno
+import gc
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mxrec_ref import (Adagrad, CapacityError, ConfigError, DiskCorruptionError, DiskFullError, MxrecError,
+                       TableConfig, open_store)
+
+from .helpers import assert_unchanged, keys, snapshot
+
+
+def ddr(backend, device=3, host=4, **extra):
+    config = TableConfig("t", dim=2, device_vocabulary_size=device, host_vocabulary_size=host,
+                         access_threshold=0, **extra)
+    return open_store(config, Adagrad(0.1), backend=backend)
+
+
+def ssd(backend, folder, device=3, host=2, options=None, **extra):
+    config = TableConfig("t", dim=2, device_vocabulary_size=device, host_vocabulary_size=host,
+                         ssd_vocabulary_size=100, ssd_data_path=[str(folder)], access_threshold=0, **extra)
+    return open_store(config, Adagrad(0.1), backend=backend, **(options or {}))
+
+
+def flat(backend, **extra):
+    config = TableConfig("t", dim=2, device_vocabulary_size=1, dynamic_expansion=True, access_threshold=0, **extra)
+    return open_store(config, Adagrad(0.1), backend=backend)
+
+
+def test_tier_1_modes_follow_the_configuration(backend, tmp_path):
+    hbm = open_store(TableConfig("t", dim=2, device_vocabulary_size=4), backend=backend)
+    assert not hbm.tiered
+    hbm.lookup(keys(1, 2), step=0)
+    assert (hbm.stats()["device_rows"], hbm.stats()["host_rows"], hbm.stats()["disk_rows"]) == (2, 0, 0)
+    assert ddr(backend).tiered and ssd(backend, tmp_path).tiered
+    with pytest.raises(ConfigError, match="ssd_vocabulary_size"):
+        TableConfig("t", dim=2, ssd_vocabulary_size=4)
+    with pytest.raises(ConfigError, match="host_vocabulary_size"):
+        TableConfig("t", dim=2, host_vocabulary_size=4, dynamic_expansion=True)
+    with pytest.raises(MxrecError, match="ssd_folder_limit_bytes"):
+        ddr(backend) and open_store(TableConfig("t", dim=2, host_vocabulary_size=4), backend=backend,
+                                    ssd_folder_limit_bytes=10)
+
+
+def test_tier_2_a_ddr_table_grows_past_its_sizes(backend):
+    store = ddr(backend, device=3, host=2)
+    for step in range(10):
+        store.lookup(keys(3 * step, 3 * step + 1, 3 * step + 2), step=step)
+    assert store.size() == 30 and store.capacity() == 30
+    assert store.stats()["host_rows"] == 27
+
+
+def test_tier_3_a_batch_larger_than_the_device_fails_cleanly(backend):
+    store = ddr(backend, device=3)
+    store.lookup(keys(1, 2), step=0)
+    before = snapshot(store)
+    with pytest.raises(CapacityError, match=r"'t': device_vocabulary_size: .*4 distinct keys.* at least 4"):
+        store.lookup(keys(1, 2, 3, 4, 4, -1), step=1)
+    assert_unchanged(store, before)
+    store.lookup(keys(1, 2, 3, -1, -1), step=1)   # padding does not count
+    device_before = store.tier_of(keys(1, 2, 3)).tolist()
+    store.lookup(keys(1, 5, 6, 7, 8), train=False)    # evaluation takes no device rows (TIER-4)
+    assert store.tier_of(keys(1, 2, 3)).tolist() == device_before == ["device"] * 3
+
+
+def test_tier_4_least_recently_used_rows_leave_the_device_ties_by_key(backend):
+    store = ddr(backend, device=3)
+    store.lookup(keys(30, 10, 20), step=0)          # one lookup: all last used together
+    store.lookup(keys(40), step=1)                  # one must go: the tie goes to the smaller key
+    assert store.tier_of(keys(10, 20, 30, 40)).tolist() == ["host", "device", "device", "device"]
+    store.lookup(keys(20), step=2)
+    store.lookup(keys(10), step=3)                  # back from host; 30 (step 0) is now the oldest
+    assert store.tier_of(keys(10, 20, 30, 40)).tolist() == ["device", "device", "host", "device"]
+    stats = store.stats()
+    assert (stats["host_to_device_rows"], stats["device_to_host_rows"]) == (1, 2)
+    assert stats["host_device_bytes"] == 3 * 4 * 2 * 2    # rows x float32 x dim x (value + accumulator)
+
+
+def test_tier_5_least_frequently_used_host_rows_go_to_disk(backend, tmp_path):
+    store = ssd(backend, tmp_path, device=2, host=2)
+    store.lookup(keys(1, 1, 1, 2, 2), step=0)       # counts 1:3, 2:2
+    store.lookup(keys(3, 4), step=1)                # 1, 2 to host
+    store.lookup(keys(5, 6), step=2)                # 3, 4 to host: host holds 4 > 2
+    # counts: 1:3 2:2 3:1 4:1 -> 3 and 4 (count 1, same last-seen, key order) go to disk
+    assert store.tier_of(keys(1, 2, 3, 4, 5, 6)).tolist() == ["host", "host", "disk", "disk", "device", "device"]
+    store.lookup(keys(7), step=3)   # 5 leaves the device (LRU tie by key); host 1,2,5: count 1 seen at 2
+    assert store.tier_of(keys(5)).tolist() == ["disk"]
+    stats = store.stats()
+    assert stats["host_to_disk_rows"] == 3 and stats["disk_rows"] == 3 and stats["disk_writes"] == 3
+
+
+def test_tier_5_rows_carry_their_state_to_disk_and_back(backend, tmp_path):
+    tiered, reference = ssd(backend, tmp_path, device=2, host=1), flat(backend)
+    for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6), keys(1, 6), keys(2, 3)]):
+        for store in (tiered, reference):
+            result = store.lookup(batch, step=step)
+            store.apply_gradients(result, np.full((2, 2), 0.5, np.float32), step=step)
+    assert tiered.stats()["disk_to_host_rows"] >= 2
+    assert tiered.export().differences(reference.export()) == []
+
+
+def test_tier_6_a_corrupt_record_is_reported_with_its_path(backend, tmp_path):
+    store = ssd(backend, tmp_path, device=2, host=1)
+    for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
+        store.lookup(batch, step=step)
+    on_disk = [k for k in range(1, 7) if store.tier_of(keys(k))[0] == "disk"]
+    assert on_disk
+    path = next(Path(tmp_path).glob("t.*.ssd"))
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0xFF                               # inside the first record
+    path.write_bytes(bytes(data))
+    before = snapshot_without_disk_reads(store)
+    with pytest.raises(DiskCorruptionError, match=str(path)):
+        store.lookup(keys(on_disk[0]), step=3)
+    assert snapshot_without_disk_reads(store) == before
+
+
+def test_tier_6_a_truncated_file_is_reported_with_its_path(backend, tmp_path):
+    store = ssd(backend, tmp_path, device=2, host=1)
+    for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
+        store.lookup(batch, step=step)
+    path = next(Path(tmp_path).glob("t.*.ssd"))
+    os.truncate(path, path.stat().st_size - 3)
+    with pytest.raises(DiskCorruptionError, match=str(path)):
+        store.export()
+
+
+def snapshot_without_disk_reads(store):
+    stats = store.stats()
+    return store.tier_of(np.arange(10)).tolist(), {k: v for k, v in stats.items() if not k.startswith("disk_")}
+
+
+def test_tier_7_a_full_disk_raises_cleanly_and_loses_nothing(backend, tmp_path):
+    full = {"on": False}
+
+    def fault_hook(path, n_bytes):
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    tiered = ssd(backend, tmp_path, device=2, host=1, options={"ssd_fault_hook": fault_hook})
+    reference = flat(backend)
+    batches = [keys(2 * s, 2 * s + 1) for s in range(8)]
+    for step, batch in enumerate(batches[:3]):
+        tiered.lookup(batch, step=step), reference.lookup(batch, step=step)
+    full["on"] = True
+    tiered.lookup(batches[3], step=3), reference.lookup(batches[3], step=3)   # spill fails: rows stay in memory
+    assert tiered.stats()["host_rows"] > 1
+    assert tiered.export().differences(reference.export()) == []
+    before = tiered.export()
+    with pytest.raises(DiskFullError, match=r"'t'.*" + str(tmp_path)):
+        tiered.lookup(batches[4], step=4)          # the retry fails before anything changes
+    assert tiered.export().differences(before) == []
+    full["on"] = False                              # space again: the table carries on
+    for step, batch in enumerate(batches[4:], start=4):
+        tiered.lookup(batch, step=step), reference.lookup(batch, step=step)
+    assert tiered.export().differences(reference.export()) == []
+    assert tiered.stats()["host_rows"] <= 1
+
+
+def test_tier_7_a_folder_limit_spills_to_the_next_folder(backend, tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    config = TableConfig("t", dim=2, device_vocabulary_size=2, host_vocabulary_size=1, ssd_vocabulary_size=10,
+                         ssd_data_path=[str(first), str(second)], access_threshold=0)
+    store = open_store(config, Adagrad(0.1), backend=backend, ssd_folder_limit_bytes=200)
+    with pytest.raises(DiskFullError, match="ssd_data_path|folder"):
+        for step in range(40):
+            store.lookup(keys(2 * step, 2 * step + 1), step=step)
+    assert list(first.glob("t.*.ssd")) and list(second.glob("t.*.ssd"))
+    assert store.export().keys.tolist() == list(range(2 * step))   # the failed call changed nothing
+
+
+def test_tier_8_checkpoints_move_between_modes(backend, tmp_path):
+    tiered = ssd(backend, tmp_path / "ssd", device=2, host=1)
+    for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
+        tiered.apply_gradients(tiered.lookup(batch, step=step), np.ones((2, 2), np.float32), step=step)
+    assert tiered.stats()["disk_rows"] == 3
+    tiered.save(tmp_path / "ckpt")
+    hbm = flat(backend)
+    hbm.load(tmp_path / "ckpt")
+    assert hbm.export().differences(tiered.export()) == []
+    again = ssd(backend, tmp_path / "ssd2", device=2, host=1)
+    again.load(tmp_path / "ckpt")
+    stats = again.stats()
+    assert (stats["device_rows"], stats["host_rows"], stats["disk_rows"]) == (0, 1, 5)
+    assert again.export().differences(tiered.export()) == []
+
+
+def test_tier_9_files_must_not_preexist_and_go_with_the_store(backend, tmp_path):
+    store = ssd(backend, tmp_path, device=2, host=1)
+    for step, batch in enumerate([keys(1, 2), keys(3, 4)]):
+        store.lookup(batch, step=step)
+    assert list(tmp_path.glob("t.*.ssd"))
+    with pytest.raises(MxrecError, match="ssd_data_path"):
+        ssd(backend, tmp_path)
+    del store
+    gc.collect()
+    assert not list(tmp_path.glob("t.*.ssd"))
+    ssd(backend, tmp_path)                          # the folder is free again
+
+
+def test_tier_10_statistics_add_up(backend, tmp_path):
+    store = ssd(backend, tmp_path, device=2, host=2)
+    rng = np.random.default_rng(1)
+    for step in range(30):
+        batch = rng.integers(0, 12, size=2)
+        store.apply_gradients(store.lookup(batch, step=step), np.ones((len(np.unique(batch)), 2), np.float32),
+                              step=step)
+        stats = store.stats()
+        assert stats["device_rows"] + stats["host_rows"] + stats["disk_rows"] == stats["size"]
+        assert stats["device_rows"] <= 2 and stats["host_rows"] <= 2
+    row_bytes = 4 * 2 * 2
+    assert stats["host_disk_bytes"] == row_bytes * (stats["host_to_disk_rows"] + stats["disk_to_host_rows"])
+    assert stats["disk_writes"] >= stats["host_to_disk_rows"]
+    assert stats["disk_reads"] >= stats["disk_to_host_rows"] > 0

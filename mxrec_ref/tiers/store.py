@@ -1,0 +1,241 @@
+"""DDR and SSD tables: an in-memory store behind a fixed device budget, with
+an optional disk tier (spec/tiers.md).
+
+``TieredStore`` wraps a backend store (the reference or the fast path) that
+holds every row in host memory -- the device and host tiers -- and grows as
+keys arrive.  The wrapper adds what mxRec's DDR and SSD modes add:
+
+* the device tier, a fixed budget of ``device_vocabulary_size`` rows that
+  every lookup's rows must fit into (TIER-2), least recently used rows going
+  back to the host (TIER-3);
+* in SSD mode the disk tier: host memory keeps at most
+  ``host_vocabulary_size`` rows off the device; the least frequently used go
+  to files under ``ssd_data_path`` (TIER-4) and come back when a call needs
+  them (TIER-5);
+* the statistics of every row that crosses a tier boundary (TIER-8).
+
+Placement never changes a result: the wrapped store does all the semantics
+(admission, counting, optimizers, eviction of in-memory keys), and a row
+carries its values, optimizer slots, count and last-seen time with it, so a
+DDR or SSD table returns exactly what an HBM table with dynamic expansion
+returns (TIER-1).
+"""
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import numpy as np
+
+from ..config import TableConfig
+from ..errors import CapacityError, DiskFullError, UsageError
+from ..optimizers import SparseOptimizer
+from ..store import PADDING_KEY, Store, TableState
+
+# The tier counters a tiered store adds to stats() (spec/tiers.md, TIER-10).
+TIER_COUNTERS = ("host_to_device_rows", "device_to_host_rows", "host_to_disk_rows", "disk_to_host_rows")
+
+
+class TieredStore(Store):
+    """A DDR table (``host_vocabulary_size > 0``) or an SSD table
+    (``ssd_vocabulary_size > 0`` too) over ``inner``, an in-memory store of
+    the same backend."""
+
+    tiered = True
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None, inner_factory, placement_factory,
+                 *, ssd_folder_limit_bytes: int | None = None, ssd_fault_hook=None):
+        super().__init__(config, optimizer)
+        if config.ssd_vocabulary_size == 0 and (ssd_folder_limit_bytes is not None or ssd_fault_hook is not None):
+            raise UsageError(f"table {config.name!r}: ssd_folder_limit_bytes: SSD options need an SSD tier "
+                             f"(ssd_vocabulary_size > 0)")
+        self._inner = inner_factory(in_memory_config(config), self.optimizer)
+        self.backend_name = self._inner.backend_name
+        self._device = placement_factory(config.device_vocabulary_size)
+        self._disk = None
+        if config.ssd_vocabulary_size > 0:
+            from .disk import DiskTier
+
+            self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
+                                  folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
+            # The disk tier is working storage, not a checkpoint: its files go with the store.
+            weakref.finalize(self, self._disk.clear)
+        self._tier_counters = {name: 0 for name in TIER_COUNTERS}
+        self._disk_evicted = 0
+        self._row_bytes = 4 * config.dim * (1 + len(self.optimizer.slot_names))
+
+    # -------------------------------------------------------------- lookup
+    def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        distinct = self._inner._distinct(keys)       # first-occurrence order, as the lookup's unique keys
+        n_keys = len(distinct) - int(np.count_nonzero(distinct == PADDING_KEY))
+        if train and n_keys > self.config.device_vocabulary_size:
+            raise CapacityError(
+                f"table {self.name!r}: device_vocabulary_size: the batch has {n_keys} distinct keys but the "
+                f"device tier holds {self.config.device_vocabulary_size} rows; raise device_vocabulary_size "
+                f"to at least {n_keys} (nothing was changed)")
+        self._make_room_on_host()
+        self._bring_back(distinct[distinct != PADDING_KEY])
+        in_memory_before = self._inner._row_handles(distinct) >= 0
+        result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
+        if not train:   # evaluation reads rows where they are: no device rows taken (TIER-4)
+            self._spill_to_disk()
+            return dataclasses.replace(result, store_id=id(self))
+        held = result.admitted[:result.n_unique]
+        unique = result.unique_keys[:result.n_unique]
+        moved_up = held & in_memory_before & ~self._device.contains(unique)
+        self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
+        self._tier_counters["device_to_host_rows"] += len(self._device.touch(unique[held]))
+        self._spill_to_disk()
+        return dataclasses.replace(result, store_id=id(self))
+
+    # ----------------------------------------------------------- gradients
+    def _apply(self, keys, grads, mask, step) -> int:
+        self._make_room_on_host()
+        self._bring_back(keys[mask])
+        applied = self._inner._apply(keys, grads, mask, step)
+        self._spill_to_disk()
+        return applied
+
+    # ------------------------------------------------------------ eviction
+    def _evict(self, now):
+        if now is None:
+            now = self._inner.clock
+        evicted = self._inner._evict(now)
+        self._device.forget(evicted)
+        if self._disk is None or now is None or len(self._disk) == 0:
+            return evicted
+        disk_keys, _, disk_seen = self._disk.all_meta()
+        expired = disk_keys[disk_seen <= now - self.config.eviction_threshold]
+        self._disk.remove(expired)
+        self._disk_evicted += len(expired)
+        return np.sort(np.concatenate([evicted, expired]))
+
+    def set_threshold(self, threshold: int) -> None:
+        super().set_threshold(threshold)
+        self._inner.set_threshold(threshold)
+
+    # ------------------------------------------------------- tier moves
+    def _bring_back(self, keys: np.ndarray) -> None:
+        """Rows of ``keys`` (repeats allowed) that are on disk come back to host memory (TIER-5);
+        a corrupt record raises before anything changed."""
+        if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
+            return
+        on_disk = np.unique(keys[self._disk.contains(keys)])
+        if len(on_disk) == 0:
+            return
+        values, slots, counts, last_seen = self._disk.read(on_disk)
+        slot_map = dict(zip(self.optimizer.slot_names, slots))
+        self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
+        self._disk.remove(on_disk)
+        self._tier_counters["disk_to_host_rows"] += len(on_disk)
+
+    def _host_keys(self):
+        """(keys, counts, last_seen) of the rows in host memory and not on the device."""
+        keys, counts, last_seen = self._inner._admitted_entries()
+        host = ~self._device.contains(keys)
+        return keys[host], counts[host], last_seen[host]
+
+    def _spill_to_disk(self) -> Exception | None:
+        """SSD mode: move the least frequently used host rows (ties: least
+        recently seen, then smallest key) to disk until host memory holds
+        ``host_vocabulary_size`` rows off the device (TIER-4).  A full disk
+        leaves them in memory (TIER-7) and is returned, not raised: the call
+        that got here has already changed the table."""
+        if self._disk is None:
+            return None
+        excess = self._inner._size() - len(self._device) - self.config.host_vocabulary_size
+        if excess <= 0:
+            return None
+        keys, counts, last_seen = self._host_keys()
+        victims = keys[np.lexsort((keys, last_seen, counts))[:excess]]
+        values, slots, counts, last_seen = self._inner._rows_of(victims)
+        try:
+            self._disk.write(victims, values, [slots[name] for name in self.optimizer.slot_names], counts, last_seen)
+        except DiskFullError as error:
+            return error
+        self._inner._drop_rows(victims)
+        self._tier_counters["host_to_disk_rows"] += len(victims)
+        return None
+
+    def _make_room_on_host(self) -> None:
+        """Before a call changes anything: host memory left over its budget by
+        a full disk must spill now, or the call fails cleanly (TIER-7)."""
+        error = self._spill_to_disk()
+        if error is not None:
+            raise error
+
+    # ------------------------------------------------------------- queries
+    def _size(self) -> int:
+        return self._inner._size() + (len(self._disk) if self._disk is not None else 0)
+
+    def _capacity(self) -> int:
+        return max(self.config.table_capacity, self._size())
+
+    def _stats(self):
+        stats = self._inner._stats()
+        disk_rows = len(self._disk) if self._disk is not None else 0
+        stats["size"] = self._size()
+        stats["capacity"] = self._capacity()
+        stats["evicted"] += self._disk_evicted
+        stats.update(self._tier_counters)
+        stats["device_rows"] = len(self._device)
+        stats["host_rows"] = self._inner._size() - len(self._device)
+        stats["disk_rows"] = disk_rows
+        stats["host_device_bytes"] = self._row_bytes * (self._tier_counters["host_to_device_rows"]
+                                                        + self._tier_counters["device_to_host_rows"])
+        stats["host_disk_bytes"] = self._row_bytes * (self._tier_counters["host_to_disk_rows"]
+                                                      + self._tier_counters["disk_to_host_rows"])
+        if self._disk is not None:
+            disk = self._disk.stats
+            for name in ("disk_reads", "disk_writes", "disk_bytes_read", "disk_bytes_written", "compactions"):
+                stats[name] = disk[name]
+        return stats
+
+    def _row_handles(self, keys):
+        """The host-memory row of each key; -1 for keys without a row and for
+        rows on disk (they have no row in memory)."""
+        return self._inner._row_handles(keys)
+
+    def tier_of(self, keys) -> np.ndarray:
+        """Per key: "device", "host", "disk" or "" (no row) -- for tests and reports."""
+        flat, shape = self._check_keys(keys)
+        with self._lock:
+            tiers = np.full(len(flat), "", dtype=object)
+            tiers[self._inner._row_handles(flat) >= 0] = "host"
+            tiers[self._device.contains(flat)] = "device"
+            if self._disk is not None:
+                tiers[self._disk.contains(flat)] = "disk"
+            return tiers.reshape(shape)
+
+    def _export(self) -> TableState:
+        state = self._inner._export()
+        if self._disk is None or len(self._disk) == 0:
+            return state
+        keys = self._disk.keys()
+        values, slots, counts, last_seen = self._disk.read(keys)
+        order = np.argsort(np.concatenate([state.keys, keys]), kind="stable")
+        merged = lambda mine, theirs: np.concatenate([mine, theirs])[order]  # noqa: E731
+        return dataclasses.replace(
+            state, keys=merged(state.keys, keys), values=merged(state.values, values),
+            slots={name: merged(state.slots[name], slots[i]) for i, name in enumerate(self.optimizer.slot_names)},
+            counts=merged(state.counts, counts), last_seen=merged(state.last_seen, last_seen))
+
+    def _import_state(self, state: TableState) -> None:
+        """Every loaded row starts in host memory, off the device; SSD mode
+        then spills the coldest to disk (TIER-6)."""
+        if self._disk is not None:
+            self._disk.clear()
+        self._device.clear()
+        self._inner._import_state(state)
+        self._spill_to_disk()
+
+    def _check_fits(self, state: TableState) -> None:
+        """Host memory and disk grow: any checkpoint fits (TIER-1)."""
+
+
+def in_memory_config(config: TableConfig) -> TableConfig:
+    """The configuration of the store behind the tiers: every row in memory,
+    growing (the host tier grows in DDR mode, the disk tier in SSD mode)."""
+    rows = min(config.device_vocabulary_size + config.host_vocabulary_size, 10**9)
+    return dataclasses.replace(config, device_vocabulary_size=rows, host_vocabulary_size=0, ssd_vocabulary_size=0,
+                               dynamic_expansion=True)
