@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mxrec_ref import SGD, Adagrad, ConfigError, Ftrl, LazyAdam, MxrecError, TableConfig, hot, open_store
+from mxrec_ref import SGD, Adagrad, ConfigError, Ftrl, LazyAdam, TableConfig, hot, open_store
+from mxrec_ref.conformance.helpers import assert_same_result, call_capturing
 from mxrec_ref.conformance.strategies import gradients, initializers, key_batches, table_configs
 from mxrec_ref.fast import _hot_candidates
 
@@ -43,21 +44,6 @@ def _open(config, optimizer, backend, hot_rows, step):
     with pytest.MonkeyPatch.context() as mp:    # HOT_EMB_UPDATE_STEP is read when the store opens
         mp.setenv(hot.UPDATE_STEP_VARIABLE, str(step))
         return open_store(config, optimizer, backend=backend, hot_rows=hot_rows)
-
-
-def _call(store, method, *args, **kwargs):
-    try:
-        return getattr(store, method)(*args, **kwargs), None
-    except MxrecError as exc:
-        return None, (type(exc), str(exc))
-
-
-def _same_result(a, b):
-    assert a.unique_keys.tolist() == b.unique_keys.tolist()
-    assert a.inverse.tolist() == b.inverse.tolist()
-    assert a.admitted.tolist() == b.admitted.tolist()
-    assert a.n_unique == b.n_unique
-    assert np.array_equal(a.rows.view(np.uint32), b.rows.view(np.uint32))
 
 
 def _without_hot(stats):
@@ -113,7 +99,7 @@ class HotOnVersusOff(RuleBasedStateMachine):
         self.stores = (self.on, self.off, self.ref)
 
     def _all(self, method, *args, **kwargs):
-        out = [_call(store, method, *args, **kwargs) for store in self.stores]
+        out = [call_capturing(store, method, *args, **kwargs) for store in self.stores]
         assert out[0][1] == out[1][1] == out[2][1], f"{method}: errors differ: {[e for _, e in out]}"
         return [value for value, _ in out]
 
@@ -128,8 +114,8 @@ class HotOnVersusOff(RuleBasedStateMachine):
         counts = (np.arange(batch.size) % 3 + 1) if weighted else None
         results = self._all("lookup", batch, step=self.step, pad_to=pad, counts=counts)
         if results[0] is not None:
-            _same_result(results[0], results[1])
-            _same_result(results[0], results[2])
+            assert_same_result(results[0], results[1])
+            assert_same_result(results[0], results[2])
             self.last = results
 
     @rule(batch=key_batches(max_size=40), seed=st.integers(0, 2**16))
@@ -146,8 +132,8 @@ class HotOnVersusOff(RuleBasedStateMachine):
         counts = (np.arange(batch.size) % 2 + 1) if weighted else None
         results = self._all("lookup", batch, train=False, counts=counts)
         if results[0] is not None:
-            _same_result(results[0], results[1])
-            _same_result(results[0], results[2])
+            assert_same_result(results[0], results[1])
+            assert_same_result(results[0], results[2])
 
     @rule(seed=st.integers(0, 2**16))
     @precondition(lambda self: self.last is not None)
@@ -176,7 +162,7 @@ class HotOnVersusOff(RuleBasedStateMachine):
         self.step += 1
         results = self._all("lookup", np.repeat(np.arange(base, base + growth, dtype=np.int64), 3), step=self.step)
         if results[0] is not None:
-            _same_result(results[0], results[2])
+            assert_same_result(results[0], results[2])
             self.last = results
 
     @rule(pick=st.integers(0, 2**16), fraction=st.sampled_from([0.3, 1.0]))
@@ -243,7 +229,7 @@ def test_hot_2_refresh_every_n_training_lookups_and_exact_hits(which):
     for i in range(1, 10):
         store.lookup(train, step=i)
         store.lookup(train, train=False)                      # evaluation lookups never refresh
-        _call(store, "lookup", train, step=i, pad_to=1)      # nor failed ones (send_count)
+        call_capturing(store, "lookup", train, step=i, pad_to=1)      # nor failed ones (send_count)
         stats = store.stats()
         assert stats["train_lookups"] == i and stats["hot_refreshes"] == i // 3
     stats = store.stats()

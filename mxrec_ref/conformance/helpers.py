@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mxrec_ref import TableConfig, open_store
+from mxrec_ref import MxrecError, TableConfig, open_store
 
 
 def make_store(backend: str, optimizer=None, **config):
@@ -27,3 +27,22 @@ def assert_unchanged(store, before):
 
 def keys(*values):
     return np.array(values, dtype=np.int64)
+
+
+def call_capturing(store, method, *args, **kwargs):
+    """(result, None), or (None, (exception type, message)) for an mxrec-ref error:
+    for comparing what two stores do with the same call."""
+    try:
+        return getattr(store, method)(*args, **kwargs), None
+    except MxrecError as exc:
+        return None, (type(exc), str(exc))
+
+
+def assert_same_result(a, b):
+    """Two lookup results agree bit for bit."""
+    assert a.unique_keys.tolist() == b.unique_keys.tolist()
+    assert a.inverse.tolist() == b.inverse.tolist()
+    assert a.admitted.tolist() == b.admitted.tolist()
+    assert a.n_unique == b.n_unique
+    assert a.rows.dtype == b.rows.dtype == np.float32
+    assert np.array_equal(a.rows.view(np.uint32), b.rows.view(np.uint32))

@@ -17,27 +17,10 @@ import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mxrec_ref import MxrecError, open_store
+from mxrec_ref import open_store
 
+from .helpers import assert_same_result, call_capturing
 from .strategies import gradients, key_batches, optimizers, table_configs
-
-
-
-def _call(store, method, *args, **kwargs):
-    """(result, None) or (None, (exception type, message))."""
-    try:
-        return getattr(store, method)(*args, **kwargs), None
-    except MxrecError as exc:
-        return None, (type(exc), str(exc))
-
-
-def _same_result(a, b):
-    assert a.unique_keys.tolist() == b.unique_keys.tolist()
-    assert a.inverse.tolist() == b.inverse.tolist()
-    assert a.admitted.tolist() == b.admitted.tolist()
-    assert a.n_unique == b.n_unique
-    assert a.rows.dtype == b.rows.dtype == np.float32
-    assert np.array_equal(a.rows.view(np.uint32), b.rows.view(np.uint32))
 
 
 class RefVersusFast(RuleBasedStateMachine):
@@ -74,8 +57,8 @@ class RefVersusFast(RuleBasedStateMachine):
         return open_store(config, self.optimizer, backend=backend, hot_rows=self.hot_rows)
 
     def _both(self, method, *args, **kwargs):
-        a, error_a = _call(self.ref, method, *args, **kwargs)
-        b, error_b = _call(self.fast, method, *args, **kwargs)
+        a, error_a = call_capturing(self.ref, method, *args, **kwargs)
+        b, error_b = call_capturing(self.fast, method, *args, **kwargs)
         assert error_a == error_b, f"{method}: ref raised {error_a}, fast raised {error_b}"
         return a, b
 
@@ -92,14 +75,14 @@ class RefVersusFast(RuleBasedStateMachine):
         a, b = self._both("lookup", batch, step=self.step, timestamp=self.step * 10 if use_timestamp else None,
                           pad_to=pad, counts=counts)
         if a is not None:
-            _same_result(a, b)
+            assert_same_result(a, b)
             self.last = (a, b)
 
     @rule(batch=key_batches(max_size=40))
     def eval_lookup(self, batch):
         a, b = self._both("lookup", self._keys(batch), train=False)
         if a is not None:
-            _same_result(a, b)
+            assert_same_result(a, b)
 
     @rule(seed=st.integers(0, 2**16), bad=st.sampled_from([None, None, None, "nan", "shape"]))
     @precondition(lambda self: self.last is not None)
@@ -110,8 +93,8 @@ class RefVersusFast(RuleBasedStateMachine):
             grads[-1, 0] = np.nan
         if bad == "shape":
             grads = grads[:, :0]
-        a, error_a = _call(self.ref, "apply_gradients", ra, grads, step=self.step)
-        b, error_b = _call(self.fast, "apply_gradients", rb, grads, step=self.step)
+        a, error_a = call_capturing(self.ref, "apply_gradients", ra, grads, step=self.step)
+        b, error_b = call_capturing(self.fast, "apply_gradients", rb, grads, step=self.step)
         assert error_a == error_b
         assert a == b
 
@@ -140,7 +123,7 @@ class RefVersusFast(RuleBasedStateMachine):
         self.step += 1
         a, b = self._both("lookup", batch, step=self.step)
         if a is not None:
-            _same_result(a, b)
+            assert_same_result(a, b)
             self.last = (a, b)
 
     @rule(cross=st.booleans())
@@ -151,8 +134,8 @@ class RefVersusFast(RuleBasedStateMachine):
         ref_source, fast_source = ("fast", "ref") if cross else ("ref", "fast")
         self.ref, self.fast = self._open("ref"), self._open(self.other)
         # One load each: a load counts its tier moves (TIER-10), so loading twice would differ.
-        _, error_a = _call(self.ref, "load", f"{self.directory}/{ref_source}")
-        _, error_b = _call(self.fast, "load", f"{self.directory}/{fast_source}")
+        _, error_a = call_capturing(self.ref, "load", f"{self.directory}/{ref_source}")
+        _, error_b = call_capturing(self.fast, "load", f"{self.directory}/{fast_source}")
         assert error_a == error_b
         self.last = None
         self.saved = True

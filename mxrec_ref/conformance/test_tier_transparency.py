@@ -11,8 +11,9 @@ import numpy as np
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from mxrec_ref import MxrecError, open_store
+from mxrec_ref import open_store
 
+from .helpers import call_capturing
 from .strategies import gradients, optimizers, table_configs
 
 DEVICE_ROWS = 8
@@ -23,13 +24,6 @@ def tiered_config(config, mode: str, host_rows: int, folder: str):
     ssd = dict(ssd_vocabulary_size=16, ssd_data_path=(folder,)) if mode == "ssd" else {}
     return dataclasses.replace(config, dynamic_expansion=False, device_vocabulary_size=DEVICE_ROWS,
                                host_vocabulary_size=host_rows, **ssd)
-
-
-def _call(store, method, *args, **kwargs):
-    try:
-        return getattr(store, method)(*args, **kwargs), None
-    except MxrecError as exc:
-        return None, (type(exc), str(exc))
 
 
 batches = st.lists(st.one_of(st.integers(0, 30), st.just(-1)), max_size=DEVICE_ROWS + 4).map(
@@ -64,11 +58,11 @@ class TieredVersusFlat(RuleBasedStateMachine):
         self.tiered = self._open_tiered()
 
     def _both(self, method, *args, **kwargs):
-        b, error_b = _call(self.tiered, method, *args, **kwargs)
+        b, error_b = call_capturing(self.tiered, method, *args, **kwargs)
         if error_b is not None and "device_vocabulary_size" in error_b[1] and kwargs.get("train", True):
             assert len(np.unique(args[0][args[0] != -1])) > DEVICE_ROWS   # TIER-3, the one extra error
             return None, None
-        a, error_a = _call(self.flat, method, *args, **kwargs)
+        a, error_a = call_capturing(self.flat, method, *args, **kwargs)
         assert error_a == error_b, f"{method}: flat raised {error_a}, tiered raised {error_b}"
         return a, b
 
