@@ -16,12 +16,14 @@ from collections import defaultdict
 
 def ratios(report: dict) -> list[dict]:
     groups = defaultdict(dict)
+    better = {}      # a group whose ratio is a cost (e.g. tiers vs HBM) says better="lower"
     extra = {}
     for bench in report["benchmarks"]:
         info = bench.get("extra_info", {})
         if "ratio_group" in info:
             groups[info["ratio_group"]][info["role"]] = bench["stats"]["min"]
-            extra.update({k: v for k, v in info.items() if k not in ("ratio_group", "role")})
+            better[info["ratio_group"]] = info.get("better", better.get(info["ratio_group"], "higher"))
+            extra.update({k: v for k, v in info.items() if k not in ("ratio_group", "role", "better")})
     rows = []
     for group, members in groups.items():
         candidate = members.get("candidate")
@@ -29,7 +31,7 @@ def ratios(report: dict) -> list[dict]:
             if role == "candidate" or candidate is None:
                 continue
             rows.append({"group": group, "versus": role, "ratio": seconds / candidate,
-                         "candidate_ms": candidate * 1e3, "other_ms": seconds * 1e3})
+                         "candidate_ms": candidate * 1e3, "other_ms": seconds * 1e3, "better": better[group]})
     if "bytes_per_key" in extra:
         floor = 8 + 4 * 16
         rows.append({"group": "memory: bytes per key / (8 + 4*dim)", "versus": "8 + 4*dim",

@@ -118,4 +118,40 @@ static inline void fast_buffer_free(void *p, size_t bytes) {
 #endif
 }
 
+/* CRC-32 (zlib's: reflected polynomial 0xEDB88320, initial and final xor
+ * 0xFFFFFFFF), slicing-by-8.  fast_crc32_init fills the tables once; call
+ * it with the GIL held before the first fast_crc32. */
+static uint32_t fast_crc32_table[8][256];
+static int fast_crc32_ready = 0;
+
+static inline void fast_crc32_init(void) {
+    if (fast_crc32_ready) return;
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ UINT32_C(0xEDB88320) : c >> 1;
+        fast_crc32_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            fast_crc32_table[t][i] = (fast_crc32_table[t - 1][i] >> 8) ^ fast_crc32_table[0][fast_crc32_table[t - 1][i] & 0xFF];
+    fast_crc32_ready = 1;
+}
+
+static inline uint32_t fast_crc32(const uint8_t *p, size_t n) {
+    uint32_t c = UINT32_C(0xFFFFFFFF);
+    while (n >= 8) {
+        uint32_t lo = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        uint32_t hi = (uint32_t)p[4] | (uint32_t)p[5] << 8 | (uint32_t)p[6] << 16 | (uint32_t)p[7] << 24;
+        lo ^= c;
+        c = fast_crc32_table[7][lo & 0xFF] ^ fast_crc32_table[6][(lo >> 8) & 0xFF]
+          ^ fast_crc32_table[5][(lo >> 16) & 0xFF] ^ fast_crc32_table[4][lo >> 24]
+          ^ fast_crc32_table[3][hi & 0xFF] ^ fast_crc32_table[2][(hi >> 8) & 0xFF]
+          ^ fast_crc32_table[1][(hi >> 16) & 0xFF] ^ fast_crc32_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = fast_crc32_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ UINT32_C(0xFFFFFFFF);
+}
+
 #endif

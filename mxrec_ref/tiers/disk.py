@@ -64,14 +64,31 @@ def record_dtype(dim: int, n_slots: int) -> np.dtype:
                      ("payload_len", "<u4"), ("payload", "<f4", ((1 + n_slots) * dim,)), ("crc", "<u4")])
 
 
-def _crc32s(records: np.ndarray) -> np.ndarray:
-    """CRC-32 of every record's header and payload.  zlib has no batched
-    form, so this is the one loop per record; it runs over slices of one
-    buffer, without copies."""
+def _crc32s_zlib(records: np.ndarray) -> np.ndarray:
+    """CRC-32 of every record's header and payload with zlib, one call per
+    record over slices of one buffer, without copies: the fallback when the
+    fast path (mxrec_ref._fast) is not built."""
     size = records.dtype.itemsize
     data = memoryview(np.ascontiguousarray(records).view(np.uint8))
     return np.fromiter((zlib.crc32(data[start:start + size - 4]) for start in range(0, len(data), size)),
                        dtype=np.uint32, count=len(records))
+
+
+try:
+    from .._fast import crc32_records as _crc32_records
+except ImportError:  # the fast path is not built: zlib, one record at a time
+    _crc32_records = None
+
+
+def _crc32s(records: np.ndarray) -> np.ndarray:
+    """CRC-32 of every record's header and payload (all but the crc field),
+    bit-identical to zlib.crc32: one C loop over the batch when the fast path
+    is built, else one zlib call per record."""
+    if _crc32_records is None or len(records) == 0:
+        return _crc32s_zlib(records)
+    size = records.dtype.itemsize
+    rows = np.ascontiguousarray(records).view(np.uint8).reshape(len(records), size)
+    return _crc32_records(rows, size - 4)
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
@@ -140,6 +157,105 @@ def _check_no_files(table: str, folders: tuple) -> None:
                                 f"SSD file {os.path.join(folder, found[0])!r} already exists; the table's SSD files "
                                 "must not exist when it opens: remove them or choose another folder")
 
+_NONE = np.empty(0, dtype=np.int64)
+
+
+class _Index:
+    """key -> (file id, offset, count, last_seen) for every key on disk, as
+    numpy arrays so that batches are looked up and updated with
+    ``np.searchsorted`` instead of one dict operation per key.
+
+    Two sorted levels, disjoint in keys: ``main`` and a small ``delta`` that
+    new keys are merged into (cheap for small batches); the delta is merged
+    into main once it passes an eighth of main (or a large batch arrives).
+    A key already in a level is updated in place there; a removed key keeps
+    its slot with file id -1 (a tombstone, reusable by a later write) until
+    the next merge drops it.  Everything is sorted by key: no hash order."""
+
+    DELTA_MIN = 4096
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self.main_keys, self.main = _NONE, np.empty((0, 4), dtype=np.int64)
+        self.delta_keys, self.delta = _NONE, np.empty((0, 4), dtype=np.int64)
+        self.n = 0  # live keys
+
+    def _find(self, keys_sorted: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position, found) of ``keys`` in one level."""
+        if len(keys_sorted) == 0:
+            return np.zeros(len(keys), dtype=np.intp), np.zeros(len(keys), dtype=bool)
+        pos = np.searchsorted(keys_sorted, keys)
+        np.minimum(pos, len(keys_sorted) - 1, out=pos)
+        return pos, keys_sorted[pos] == keys
+
+    def lookup(self, keys: np.ndarray):
+        """(entries [n, 4] with file id -1 where absent, found in delta, its
+        position there, found in main, its position there)."""
+        dpos, in_delta = self._find(self.delta_keys, keys)
+        mpos, in_main = self._find(self.main_keys, keys)
+        in_main &= ~in_delta
+        if len(self.main_keys):
+            entries = self.main[mpos]
+            entries[~in_main] = -1
+        else:
+            entries = np.full((len(keys), 4), -1, dtype=np.int64)
+        if len(self.delta_keys):
+            entries[in_delta] = self.delta[dpos[in_delta]]
+        return entries, in_delta, dpos, in_main, mpos
+
+    def put(self, keys: np.ndarray, entries: np.ndarray) -> np.ndarray:
+        """Set ``keys`` (sorted, unique) to ``entries`` (file id >= 0); returns their
+        previous entries (file id -1 where absent)."""
+        old, in_delta, dpos, in_main, mpos = self.lookup(keys)
+        self.delta[dpos[in_delta]] = entries[in_delta]
+        self.main[mpos[in_main]] = entries[in_main]
+        new = ~(in_delta | in_main)
+        self.n += int(np.count_nonzero(old[:, 0] < 0))
+        if new.any():
+            new_keys, new_entries = keys[new], entries[new]
+            if len(self.delta_keys) + len(new_keys) > max(self.DELTA_MIN, len(self.main_keys) >> 3):
+                self.main_keys, self.main = self._merge(self.main_keys, self.main,
+                                                        *self._merge(self.delta_keys, self.delta, new_keys,
+                                                                     new_entries))
+                self.delta_keys, self.delta = _NONE, np.empty((0, 4), dtype=np.int64)
+            else:
+                self.delta_keys, self.delta = self._merge(self.delta_keys, self.delta, new_keys, new_entries)
+        return old
+
+    def drop(self, keys: np.ndarray) -> np.ndarray:
+        """Forget ``keys`` (sorted, unique); returns their previous entries (file id -1 where absent)."""
+        old, in_delta, dpos, in_main, mpos = self.lookup(keys)
+        self.delta[dpos[in_delta], 0] = -1
+        self.main[mpos[in_main], 0] = -1
+        self.n -= int(np.count_nonzero(old[:, 0] >= 0))
+        return old
+
+    @staticmethod
+    def _merge(keys_a, entries_a, keys_b, entries_b):
+        """Two sorted, key-disjoint levels as one, tombstones dropped."""
+        keys_a, entries_a = _Index._live(keys_a, entries_a)
+        keys_b, entries_b = _Index._live(keys_b, entries_b)
+        if len(keys_a) == 0:
+            return keys_b, entries_b
+        if len(keys_b) == 0:
+            return keys_a, entries_a
+        at = np.searchsorted(keys_a, keys_b)
+        return np.insert(keys_a, at, keys_b), np.insert(entries_a, at, entries_b, axis=0)
+
+    @staticmethod
+    def _live(keys, entries):
+        """A level without its tombstones (itself when it has none; callers
+        never modify a level they did not build)."""
+        keep = entries[:, 0] >= 0
+        return (keys, entries) if keep.all() else (keys[keep], entries[keep])
+
+    def items(self) -> tuple[np.ndarray, np.ndarray]:
+        """(keys sorted, entries) of every live key."""
+        keys, entries = self._merge(self.main_keys, self.main, self.delta_keys, self.delta)
+        return keys, entries
+
 
 @dataclass
 class _File:
@@ -170,7 +286,7 @@ class DiskTier:
         self._files: dict[int, _File] = {}
         # Per folder: the file appends go to, if it still exists (file ids are never reused).
         self._current: list[int | None] = [None] * len(folders)
-        self._index: dict[int, tuple[int, int, int, int]] = {}  # key -> (file id, offset, count, last_seen)
+        self._index = _Index()  # key -> (file id, offset, count, last_seen)
         self._next_fid = 0
         self._counters = dict.fromkeys(_COUNTERS, 0)
         self._fds: dict[int, int] = {}  # file id -> open descriptor, opened on first use
@@ -178,15 +294,14 @@ class DiskTier:
 
     # ------------------------------------------------------------ queries
     def __len__(self) -> int:
-        return len(self._index)
+        return self._index.n
 
     def keys(self) -> np.ndarray:
-        return np.sort(np.fromiter(self._index, dtype=np.int64, count=len(self._index)))
+        return self._index.items()[0].copy()  # the index's own array may come back
 
     def contains(self, keys) -> np.ndarray:
         keys = np.asarray(keys, dtype=np.int64)
-        return np.fromiter((key in self._index for key in keys.ravel().tolist()), dtype=bool,
-                           count=keys.size).reshape(keys.shape)
+        return (self._index.lookup(keys.ravel())[0][:, 0] >= 0).reshape(keys.shape)
 
     def meta(self, keys) -> tuple[np.ndarray, np.ndarray]:
         """(counts, last_seen) of present keys, from the index: no disk read."""
@@ -222,17 +337,19 @@ class DiskTier:
         present keys, each record checked (DiskCorruptionError)."""
         unique, inverse = np.unique(np.asarray(keys, dtype=np.int64).ravel(), return_inverse=True)
         entries = self._locate(unique)
-        raw = np.empty((len(unique), self._record_bytes), dtype=np.uint8)  # records as bytes: see _concat
+        # Records as bytes (numpy moves structured arrays field by field, far slower), in read order; ``where``: each unique key's record there.
+        parts, where, done = [np.empty((0, self._record_bytes), dtype=np.uint8)], np.empty(len(unique), np.intp), 0
         for file, rows in self._by_file(entries):
-            raw[rows] = self._read_file(file, entries[rows, 1], unique[rows]).view(np.uint8).reshape(len(rows), -1)
-        return self._unpack(raw.view(self._dtype).reshape(-1), inverse.ravel())
+            parts.append(self._read_file(file, entries[rows, 1], unique[rows]).view(np.uint8).reshape(len(rows), -1))
+            where[rows] = np.arange(done, done + len(rows))
+            done += len(rows)
+        raw = parts[-1] if len(parts) == 2 else np.concatenate(parts)
+        return self._unpack(raw, where[inverse.ravel()])
 
     def remove(self, keys) -> None:
         """Forget keys (absent ones are ignored); their records become dead."""
-        for key in np.unique(np.asarray(keys, dtype=np.int64)).tolist():
-            entry = self._index.pop(key, None)
-            if entry is not None:
-                self._files[entry[0]].live -= 1
+        old = self._index.drop(np.unique(np.asarray(keys, dtype=np.int64)))
+        self._count_live(old[:, 0], -1)
         self._compact_due()
 
     def compact(self) -> int:
@@ -285,40 +402,45 @@ class DiskTier:
         records["crc"] = _crc32s(records)
         return records
 
-    def _concat(self, parts: list) -> np.ndarray:
-        """Records joined as bytes: numpy joins and scatters structured
-        arrays field by field, several times slower."""
-        return np.concatenate([np.empty(0, np.uint8)] + [part.view(np.uint8) for part in parts]).view(self._dtype)
-
-    def _unpack(self, records: np.ndarray, take: np.ndarray):
-        """(values, slots, counts, last_seen) of ``records[take]``, gathered
-        straight from the payload column, one copy per output."""
+    def _unpack(self, raw: np.ndarray, take: np.ndarray):
+        """(values, slots, counts, last_seen) of records ``raw[take]`` (raw:
+        records as bytes [n, record size]): whole records gathered as bytes
+        first (contiguous rows, several times faster than gathering strided
+        columns), then each output copied out of them."""
+        records = np.take(raw, take, axis=0).view(self._dtype).reshape(-1)
         dim, payload = self.dim, records["payload"]
         slots = np.empty((self.n_slots, len(take), dim), dtype=np.float32)
         for slot in range(self.n_slots):
-            slots[slot] = np.take(payload[:, dim * (1 + slot):dim * (2 + slot)], take, axis=0)
-        return (np.take(payload[:, :dim], take, axis=0).astype(np.float32, copy=False), slots,
-                records["count"][take].astype(np.int64, copy=False),
-                records["last_seen"][take].astype(np.int64, copy=False))
+            slots[slot] = payload[:, dim * (1 + slot):dim * (2 + slot)]
+        return (payload[:, :dim].astype(np.float32), slots, records["count"].astype(np.int64),
+                records["last_seen"].astype(np.int64))
 
     # ------------------------------------------------------------ index
     def _locate(self, keys: np.ndarray) -> np.ndarray:
         """Index entries [n, 4] (file id, offset, count, last_seen) of present keys."""
-        try:
-            entries = [self._index[key] for key in keys.tolist()]
-        except KeyError as error:
-            raise KeyError(f"table {self.table!r}: key {error.args[0]} is not on disk") from None
-        return np.array(entries, dtype=np.int64).reshape(len(keys), 4)
+        entries = self._index.lookup(keys)[0]
+        missing = entries[:, 0] < 0
+        if missing.any():
+            raise KeyError(f"table {self.table!r}: key {int(keys[np.argmax(missing)])} is not on disk")
+        return entries
 
     def _point(self, keys, fids, offsets, counts, last_seen) -> None:
         """Point the index at newly written records; the old ones become dead."""
-        for key, fid, offset, count, seen in zip(keys.tolist(), fids.tolist(), offsets.tolist(), counts.tolist(),
-                                                 last_seen.tolist()):
-            old = self._index.get(key)
-            if old is not None:
-                self._files[old[0]].live -= 1
-            self._index[key] = (fid, offset, count, seen)
-            self._files[fid].live += 1
+        keys = np.asarray(keys, dtype=np.int64)
+        # A key repeated in the batch: its last record is the live one.
+        unique, last = np.unique(keys[::-1], return_index=True)
+        last = len(keys) - 1 - last
+        entries = np.stack([np.asarray(column, dtype=np.int64)[last]
+                            for column in (fids, offsets, counts, last_seen)], axis=1)
+        old = self._index.put(unique, entries)
+        self._count_live(old[:, 0], -1)
+        self._count_live(entries[:, 0], 1)
+
+    def _count_live(self, fids: np.ndarray, sign: int) -> None:
+        """Add ``sign`` to the live count of each file, once per entry of ``fids`` (-1: no file)."""
+        found, counts = np.unique(fids[fids >= 0], return_counts=True)
+        for fid, count in zip(found.tolist(), counts.tolist()):
+            self._files[fid].live += sign * count
 
     def _by_file(self, entries: np.ndarray):
         """(file, rows of ``entries``) per file in file order, rows sorted by
@@ -331,9 +453,11 @@ class DiskTier:
 
     def _live(self, file: _File) -> tuple[np.ndarray, np.ndarray]:
         """(keys, offsets) of the file's live records, by offset."""
-        pairs = sorted((offset, key) for key, (fid, offset, _, _) in self._index.items() if fid == file.fid)
-        pairs = np.array(pairs, dtype=np.int64).reshape(len(pairs), 2)
-        return pairs[:, 1].copy(), pairs[:, 0].copy()
+        keys, entries = self._index.items()
+        mine = entries[:, 0] == file.fid
+        keys, offsets = keys[mine], entries[mine, 1]
+        order = np.argsort(offsets, kind="stable")
+        return keys[order], offsets[order]
 
     # ------------------------------------------------------------ reading
     def _fd(self, file: _File) -> int:
@@ -355,8 +479,9 @@ class DiskTier:
             if len(data) < stop - start:
                 cut = int(span[np.searchsorted(span + size, start + len(data), side="right")])
                 raise self._corrupt(file, cut, f"is cut short: the file ends at byte {start + len(data)}")
-            parts.append(np.frombuffer(data, self._dtype)[(span - start) // size])
-        records = self._concat(parts)
+            rows = np.frombuffer(data, np.uint8).reshape(-1, size)  # as bytes: whole records move at once
+            parts.append(rows if len(rows) == len(span) else rows[(span - start) // size])
+        records = (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(self._dtype).reshape(-1)
         self._counters["disk_reads"] += len(records)
         self._check(file, offsets, keys, records)
         return records

@@ -1,0 +1,110 @@
+"""Storage tiers: DDR and SSD tables vs an HBM table on the same training
+sequence, and the SSD tier's file I/O vs plain sequential file I/O of the
+same bytes, all in one run (bench/README.md)."""
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+
+from mxrec_ref import Adagrad, Initializer, TableConfig, open_store
+from mxrec_ref.tiers.disk import DiskTier
+
+from workloads import DIM, size_scaled, zipf_batches
+
+BATCH = 8192                       # positions per step; the device tier must hold a batch's keys
+STEPS = 12
+DEVICE_ROWS = BATCH
+HOST_ROWS = BATCH // 2           # SSD: most rows live on disk
+SEQUENCE = [batch[:BATCH] for batch in zipf_batches(STEPS, seed=5)]
+_folders = itertools.count()
+
+
+def _config(mode: str, folder) -> TableConfig:
+    init = Initializer(kind="uniform", minval=-0.1, maxval=0.1)
+    if mode == "hbm":
+        return TableConfig("bench", dim=DIM, initializer=init, device_vocabulary_size=BATCH, dynamic_expansion=True)
+    ssd = dict(ssd_vocabulary_size=10 * HOST_ROWS, ssd_data_path=[str(folder)]) if mode == "ssd" else {}
+    return TableConfig("bench", dim=DIM, initializer=init, device_vocabulary_size=DEVICE_ROWS,
+                       host_vocabulary_size=HOST_ROWS, **ssd)
+
+
+def _train(store):
+    for step, batch in enumerate(SEQUENCE):
+        result = store.lookup(batch, step=step)
+        store.apply_gradients(result, np.full(result.rows.shape, 0.01, np.float32), step=step)
+    return store
+
+
+@pytest.mark.parametrize("mode", ["hbm", "ddr", "ssd"])
+def test_training_sequence_by_storage_mode(benchmark, mode, tmp_path):
+    """The same Zipf training sequence (lookups and Adagrad applies) through
+    an HBM table and through DDR and SSD tables whose device tier holds one
+    batch and whose host tier (SSD) holds a fraction of the keys."""
+    def setup():
+        folder = tmp_path / f"ssd-{next(_folders)}"
+        return (open_store(_config(mode, folder), Adagrad(0.05), backend="fast"),), {}
+
+    role = "candidate" if mode == "hbm" else mode.upper()
+    benchmark.extra_info.update(ratio_group="tiers: mode / HBM, same sequence", role=role, better="lower")
+    benchmark.pedantic(_train, setup=setup, rounds=3)
+    if mode == "ssd":   # the sequence must really exercise the disk tier
+        store = _train(open_store(_config(mode, tmp_path / "check"), Adagrad(0.05), backend="fast"))
+        assert store.stats()["disk_rows"] > 0
+
+
+# ------------------------------------------------------- SSD file I/O
+ROWS = size_scaled(200_000)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    rng = np.random.default_rng(0)
+    keys = np.arange(ROWS, dtype=np.int64) * 7 + 1
+    values = rng.normal(size=(ROWS, DIM)).astype(np.float32)
+    slots = [rng.normal(size=(ROWS, DIM)).astype(np.float32)]
+    return keys, values, slots, np.ones(ROWS, np.int64), np.zeros(ROWS, np.int64)
+
+
+def _record_bytes() -> int:
+    return 32 + 4 * 2 * DIM + 4
+
+
+def test_ssd_write(benchmark, rows, tmp_path):
+    def setup():
+        return (DiskTier("bench", [str(tmp_path / f"w{next(_folders)}")], DIM, 1),), {}
+
+    benchmark.extra_info.update(ratio_group="SSD write: disk tier / sequential file write", role="candidate")
+    benchmark.pedantic(lambda tier: tier.write(*rows[:2], rows[2], *rows[3:]), setup=setup, rounds=3)
+
+
+def test_ssd_read(benchmark, rows, tmp_path):
+    tier = DiskTier("bench", [str(tmp_path / "r")], DIM, 1)
+    keys = rows[0]
+    tier.write(keys, rows[1], rows[2], *rows[3:])
+    order = np.random.default_rng(1).permutation(keys)   # rows come back in the order a batch asks
+    benchmark.extra_info.update(ratio_group="SSD read: disk tier / sequential file read", role="candidate")
+    benchmark.pedantic(lambda: tier.read(order), rounds=3, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("direction", ["write", "read"])
+def test_plain_sequential_file(benchmark, tmp_path, direction):
+    """The floor: the same number of bytes written or read with one call."""
+    payload = np.random.default_rng(2).bytes(ROWS * _record_bytes())
+    path = tmp_path / "plain.bin"
+    path.write_bytes(payload)
+
+    def write():
+        with open(path, "wb") as out:
+            out.write(payload)
+
+    def read():
+        with open(path, "rb") as source:
+            source.read()
+
+    group = f"SSD {direction}: disk tier / sequential file {direction}"
+    benchmark.extra_info.update(ratio_group=group, role=f"sequential file {direction}")
+    benchmark.pedantic(write if direction == "write" else read, rounds=3, warmup_rounds=1)
+    os.remove(path)
