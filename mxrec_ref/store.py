@@ -45,7 +45,7 @@ STAT_NAMES = (
     "grad_applies",
     "grad_rows_applied",
     "grad_rows_dropped",   # gradient rows of keys without a row (not admitted, padding, evicted)
-    # storage tiers (spec/tiers.md, TIER-8); an HBM table has every row on the device
+    # storage tiers (spec/tiers.md, TIER-10); an HBM table has every row on the device
     "device_rows",
     "host_rows",
     "disk_rows",

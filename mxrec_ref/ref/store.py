@@ -133,12 +133,7 @@ class RefStore(Store):
             return
         rows = []
         for key in keys:
-            if self._free_rows:
-                row = self._free_rows.pop()
-            else:
-                row = self._next_row
-                self._next_row += 1
-            self._row_of[key] = row
+            row = self._row_of[key] = self._take_row()
             rows.append(row)
         self._ensure_allocated(self._next_row)
         rows = np.array(rows, dtype=np.int64)
@@ -146,6 +141,13 @@ class RefStore(Store):
         for name, value in self.optimizer.slot_initial_values().items():
             self._slots[name][rows] = np.float32(value)
         self._counters["admitted"] += len(keys)
+
+    def _take_row(self) -> int:
+        """The next row to hand out (EXP-4): the last freed, else the next never-used one."""
+        if self._free_rows:
+            return self._free_rows.pop()
+        self._next_row += 1
+        return self._next_row - 1
 
     def _ensure_allocated(self, n_rows: int) -> None:
         """Physical rows are allocated as they are first used, doubling, so a
@@ -246,10 +248,7 @@ class RefStore(Store):
         self._capacity_rows = max(self._capacity_rows, len(self._row_of) + len(keys))
         rows = []
         for key, count, seen in zip(keys.tolist(), counts.tolist(), last_seen.tolist()):
-            row = self._free_rows.pop() if self._free_rows else self._next_row
-            if row == self._next_row:
-                self._next_row += 1
-            self._row_of[key] = row
+            row = self._row_of[key] = self._take_row()
             self._count[key] = count
             self._last_seen[key] = seen
             rows.append(row)

@@ -1,4 +1,4 @@
-"""Which in-memory rows are on the device tier (spec/tiers.md, TIER-3).
+"""Which in-memory rows are on the device tier (spec/tiers.md, TIER-4).
 
 The device tier of a DDR or SSD table is a fixed budget of
 ``device_vocabulary_size`` rows.  A lookup makes every row of its batch

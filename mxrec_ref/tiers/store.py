@@ -6,19 +6,19 @@ holds every row in host memory -- the device and host tiers -- and grows as
 keys arrive.  The wrapper adds what mxRec's DDR and SSD modes add:
 
 * the device tier, a fixed budget of ``device_vocabulary_size`` rows that
-  every lookup's rows must fit into (TIER-2), least recently used rows going
-  back to the host (TIER-3);
+  every training lookup's rows must fit into (TIER-3), least recently used
+  rows going back to the host (TIER-4);
 * in SSD mode the disk tier: host memory keeps at most
   ``host_vocabulary_size`` rows off the device; the least frequently used go
-  to files under ``ssd_data_path`` (TIER-4) and come back when a call needs
-  them (TIER-5);
-* the statistics of every row that crosses a tier boundary (TIER-8).
+  to files under ``ssd_data_path`` (TIER-5) and come back when a call needs
+  them (TIER-6);
+* the statistics of every row that crosses a tier boundary (TIER-10).
 
 Placement never changes a result: the wrapped store does all the semantics
 (admission, counting, optimizers, eviction of in-memory keys), and a row
 carries its values, optimizer slots, count and last-seen time with it, so a
 DDR or SSD table returns exactly what an HBM table with dynamic expansion
-returns (TIER-1).
+returns (TIER-2).
 """
 from __future__ import annotations
 
@@ -75,18 +75,22 @@ class TieredStore(Store):
                 f"to at least {n_keys} (nothing was changed)")
         self._make_room_on_host()
         self._bring_back(distinct[distinct != PADDING_KEY])
-        in_memory_before = self._inner._row_handles(distinct) >= 0
+        # Evaluation reads rows where they are and takes no device rows (TIER-4).
+        in_memory_before = self._inner._row_handles(distinct) >= 0 if train else None
         result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
-        if not train:   # evaluation reads rows where they are: no device rows taken (TIER-4)
-            self._spill_to_disk()
-            return dataclasses.replace(result, store_id=id(self))
+        if train:
+            self._put_on_device(result, in_memory_before)
+        self._spill_to_disk()
+        return dataclasses.replace(result, store_id=id(self))
+
+    def _put_on_device(self, result, in_memory_before: np.ndarray) -> None:
+        """TIER-4 after a training lookup: its rows are on the device, used
+        now; rows that were in memory before it and off the device moved up."""
         held = result.admitted[:result.n_unique]
         unique = result.unique_keys[:result.n_unique]
         moved_up = held & in_memory_before & ~self._device.contains(unique)
         self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
         self._tier_counters["device_to_host_rows"] += len(self._device.touch(unique[held]))
-        self._spill_to_disk()
-        return dataclasses.replace(result, store_id=id(self))
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
@@ -116,7 +120,7 @@ class TieredStore(Store):
 
     # ------------------------------------------------------- tier moves
     def _bring_back(self, keys: np.ndarray) -> None:
-        """Rows of ``keys`` (repeats allowed) that are on disk come back to host memory (TIER-5);
+        """Rows of ``keys`` (repeats allowed) that are on disk come back to host memory (TIER-6);
         a corrupt record raises before anything changed."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
             return
@@ -138,7 +142,7 @@ class TieredStore(Store):
     def _spill_to_disk(self) -> Exception | None:
         """SSD mode: move the least frequently used host rows (ties: least
         recently seen, then smallest key) to disk until host memory holds
-        ``host_vocabulary_size`` rows off the device (TIER-4).  A full disk
+        ``host_vocabulary_size`` rows off the device (TIER-5).  A full disk
         leaves them in memory (TIER-7) and is returned, not raised: the call
         that got here has already changed the table."""
         if self._disk is None:
@@ -222,7 +226,7 @@ class TieredStore(Store):
 
     def _import_state(self, state: TableState) -> None:
         """Every loaded row starts in host memory, off the device; SSD mode
-        then spills the coldest to disk (TIER-6)."""
+        then spills the coldest to disk (TIER-8)."""
         if self._disk is not None:
             self._disk.clear()
         self._device.clear()
@@ -230,7 +234,7 @@ class TieredStore(Store):
         self._spill_to_disk()
 
     def _check_fits(self, state: TableState) -> None:
-        """Host memory and disk grow: any checkpoint fits (TIER-1)."""
+        """Host memory and disk grow: any checkpoint fits (TIER-2)."""
 
 
 def in_memory_config(config: TableConfig) -> TableConfig:
