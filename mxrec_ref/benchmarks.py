@@ -1,12 +1,17 @@
 """`mxrec-ref bench`: run the bench/ suites, reduce them to ratios measured in
-one run, and compare them with a committed baseline.
+one run, compare them with a committed baseline, and keep their history.
 
 Ratios, not times: this machine (and any CI machine) is shared and noisy, so
 absolute times are printed but never compared; a ratio of two things timed in
-the same run cancels most of the drift.
+the same run cancels most of the drift.  What it does not cancel (a burst of
+load during one benchmark) ``--repeat N`` damps: the suites run N times in
+turn and each ratio is the median of its N values, so one noisy run neither
+passes nor fails a change.  ``--record`` appends a run to bench/history.jsonl
+and ``--trend`` draws each ratio across the recorded commits (bench/trend.png).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -20,6 +25,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 BASELINE = BENCH / "baseline.json"
+HISTORY = BENCH / "history.jsonl"
+TREND = BENCH / "trend.png"
 DEFAULT_MARGIN = 0.30   # a ratio may fall 30% below its baseline before --compare fails
 
 
@@ -32,7 +39,32 @@ def _load_ratios_module():
     return ratios
 
 
-def run_suites(full: bool, output: Path) -> dict:
+def add_history_arguments(bench: argparse.ArgumentParser) -> None:
+    """The repeat, history and trend options of `mxrec-ref bench`."""
+    bench.add_argument("--repeat", type=_positive, default=1, metavar="N",
+                       help="run the suites N times in turn; each ratio is the median of its N values (default: 1)")
+    bench.add_argument("--from-json", nargs="+", metavar="RATIOS_JSON",
+                       help="take the runs from ratio files written by --output instead of running the suites")
+    bench.add_argument("--record", action="store_true",
+                       help="append this run (commit, machine, date, ratios) to the history file")
+    bench.add_argument("--history", default=None, help="the history file (default: bench/history.jsonl)")
+    bench.add_argument("--trend", action="store_true",
+                       help="plot every ratio across the recorded runs into a PNG (--output, default "
+                            "bench/trend.png; needs the 'plot' extra); runs no benchmark")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def run_suites(full: bool) -> dict:
+    """One run of every suite, reduced to its ratios."""
     if not BENCH.is_dir():
         raise FileNotFoundError(f"bench: no bench/ folder at {BENCH}; run from a source checkout")
     env = dict(os.environ, MXREC_BENCH_PROFILE="full" if full else "quick", TF_CPP_MIN_LOG_LEVEL="3")
@@ -43,20 +75,42 @@ def run_suites(full: bool, output: Path) -> dict:
         subprocess.run(command, env=env, check=True, cwd=REPO)
         report = json.loads(raw.read_text())
     rows = _load_ratios_module().ratios(report)
-    result = {
+    cpu = report.get("machine_info", {}).get("cpu", {})
+    return {
         "profile": "full" if full else "quick",
-        "machine": report.get("machine_info", {}).get("cpu", {}).get("brand_raw", "?"),
+        "machine": f"{cpu.get('brand_raw', '?')} ({cpu.get('count', '?')} CPUs)",
         "datetime": report.get("datetime"),
         "ratios": {f"{r['group']} | {r['versus']}": {"ratio": r["ratio"], "better": r.get("better", "higher"),
                                                       "fast_ms": r["candidate_ms"], "other_ms": r["other_ms"]}
                    for r in rows},
     }
-    output.write_text(json.dumps(result, indent=1, sort_keys=True))
-    return result
+
+
+def median_of_runs(runs: list[dict]) -> dict:
+    """One result from several runs of the suites: each ratio (and time) is the median over
+    the runs that measured it; ``runs`` keeps the values, in run order, to show the spread."""
+    if not runs:
+        raise ValueError("bench: no runs to combine")
+    if len(runs) == 1:                        # already one result (perhaps itself a median): as it is
+        return {"repeat": 1, **runs[0]}
+    first = runs[0]
+    names = sorted({name for run in runs for name in run["ratios"]})
+    ratios = {}
+    for name in names:
+        entries = [run["ratios"][name] for run in runs if name in run["ratios"]]
+        ratios[name] = {"ratio": float(np.median([e["ratio"] for e in entries])),
+                        "better": entries[0].get("better", "higher"),
+                        "runs": [e["ratio"] for e in entries]}
+        for key in ("fast_ms", "other_ms"):
+            times = [e[key] for e in entries if e.get(key) is not None]
+            ratios[name][key] = float(np.median(times)) if times else None
+    return {"profile": first.get("profile"), "machine": first.get("machine"), "datetime": first.get("datetime"),
+            "repeat": len(runs), "ratios": ratios}
 
 
 def compare(result: dict, baseline: dict, margin: float) -> list[str]:
-    """Regressions: ratios that moved the wrong way by more than ``margin``."""
+    """Regressions: ratios that moved the wrong way by more than ``margin``, that this run
+    lacks, or that have no baseline (a ratio nobody checks is no regression test)."""
     problems = []
     for name, entry in baseline["ratios"].items():
         if name not in result["ratios"]:
@@ -66,14 +120,120 @@ def compare(result: dict, baseline: dict, margin: float) -> list[str]:
         worse = new < old * (1 - margin) if entry.get("better", "higher") == "higher" else new > old * (1 + margin)
         if worse:
             problems.append(f"{name}: {new:.2f} vs baseline {old:.2f} (more than {margin:.0%} worse)")
+    for name in sorted(set(result["ratios"]) - set(baseline["ratios"])):
+        problems.append(f"{name}: no baseline (regenerate bench/baseline.json; bench/README.md)")
     return problems
 
 
 def print_result(result: dict) -> None:
-    print(f"{'measure':72} {'ratio':>8}   fast ms / other ms")
+    spread = any(len(entry.get("runs", ())) > 1 for entry in result["ratios"].values())
+    print(f"{'measure':72} {'ratio':>8}   {'runs (min-max)   ' if spread else ''}fast ms / other ms")
     for name, entry in sorted(result["ratios"].items()):
         times = "" if entry["fast_ms"] is None else f"{entry['fast_ms']:.2f} / {entry['other_ms']:.2f}"
-        print(f"{name:72} {entry['ratio']:8.2f}   {times}")
+        runs = entry.get("runs", [entry["ratio"]])
+        extent = f"{len(runs)} ({min(runs):.2f}-{max(runs):.2f})".ljust(17) if spread else ""
+        print(f"{name:72} {entry['ratio']:8.2f}   {extent}{times}")
+
+
+# ------------------------------------------------------------ history
+def current_commit(repo: Path = REPO) -> tuple[str, bool]:
+    """(commit hash, whether tracked files differ from it); ("unknown", False) outside git."""
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown", False
+    return commit, bool(changed)
+
+
+def history_entry(result: dict, commit: str, dirty: bool) -> dict:
+    """One line of the history: where and when the ratios were measured, and the ratios."""
+    return {"commit": commit, "dirty": dirty, "date": result.get("datetime"), "machine": result.get("machine"),
+            "profile": result.get("profile"), "repeat": result.get("repeat", 1),
+            "ratios": {name: entry["ratio"] for name, entry in sorted(result["ratios"].items())}}
+
+
+def append_history(path: Path, entry: dict) -> None:
+    """Append one JSON line; earlier lines are never rewritten."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+
+def read_history(path: Path) -> list[dict]:
+    entries = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"bench: history: {path} line {number} is not JSON ({error.msg})") from None
+        if not isinstance(entry, dict) or not isinstance(entry.get("ratios"), dict):
+            raise ValueError(f"bench: history: {path} line {number} has no 'ratios' object")
+        entries.append(entry)
+    return entries
+
+
+def trend_series(history: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """Each ratio's (run index, value) points in history order; a run that lacks a ratio
+    (one added later, or dropped) leaves a gap, not a zero."""
+    names = sorted({name for entry in history for name in entry["ratios"]})
+    return {name: [(i, float(entry["ratios"][name])) for i, entry in enumerate(history) if name in entry["ratios"]]
+            for name in names}
+
+
+def run_label(entry: dict) -> str:
+    """x-axis label of a run: short commit (* when the tree differed from it) and date."""
+    commit = str(entry.get("commit", "?"))[:7] + ("*" if entry.get("dirty") else "")
+    return f"{commit}\n{str(entry.get('date') or '')[:10]}"
+
+
+def plot_trend(history: list[dict], baseline: dict | None, output: Path) -> Path:
+    """One panel per ratio: its value at each recorded run, the baseline as a dashed line."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = trend_series(history)
+    if not series:
+        raise ValueError("bench: history: no ratios recorded yet (run `mxrec-ref bench --record`)")
+    columns = 4
+    rows = -(-len(series) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 2.9 * rows), squeeze=False)
+    labels = [run_label(entry) for entry in history]
+    base = (baseline or {}).get("ratios", {})
+    for panel, (name, points) in zip(axes.flat, series.items()):
+        xs, ys = zip(*points)
+        panel.plot(xs, ys, "o-", markersize=4)
+        better = base.get(name, {}).get("better") or ("lower" if name.startswith(("memory", "tiers")) else "higher")
+        if name in base:   # the baseline, and the band --compare accepts at the default margin
+            old = base[name]["ratio"]
+            limit = old * (1 - DEFAULT_MARGIN) if better == "higher" else old * (1 + DEFAULT_MARGIN)
+            panel.axhline(old, color="grey", linestyle="--", linewidth=1)
+            panel.axhspan(min(old, limit), max(old, limit), color="green", alpha=0.08)
+        panel.set_title("\n".join(textwrap.wrap(name, 48)), fontsize=7)
+        panel.set_ylabel(f"ratio ({better} is better)", fontsize=7)
+        panel.set_xticks(range(len(history)))
+        panel.set_xticklabels(labels, fontsize=6, rotation=90 if len(history) > 6 else 0)
+        panel.set_xlim(-0.5, len(history) - 0.5)
+        panel.tick_params(axis="y", labelsize=7)
+        panel.grid(True, alpha=0.3)
+    for panel in list(axes.flat)[len(series):]:
+        panel.axis("off")
+    machines = sorted({str(entry.get("machine")) for entry in history})
+    figure.suptitle(f"mxrec-ref bench ratios by recorded run ({'; '.join(machines)}); dashed: bench/baseline.json, "
+                    f"shaded: within --compare's {DEFAULT_MARGIN:.0%} margin", fontsize=9)
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.35 / figure.get_size_inches()[1]))   # room for the title
+    output.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(output, dpi=90)
+    plt.close(figure)
+    return output
 
 
 def scaling(sizes: list[int], output_prefix: Path, backend: str = "fast") -> list[dict]:
@@ -148,16 +308,60 @@ def main(args) -> int:
         sizes = [10**4, 10**5, 10**6] + ([10**7] if args.max_size and args.max_size >= 10**7 else [])
         scaling(sizes, Path(args.output).with_suffix("") if args.output else BENCH / "scaling")
         return 0
-    output = Path(args.output or "bench-ratios.json")
-    result = run_suites(args.full, output)
+    history_path = Path(args.history) if args.history else HISTORY
+    if args.trend:
+        return _trend(history_path, Path(args.output) if args.output else TREND, args.baseline)
+    if args.from_json and args.repeat != 1:
+        return _usage("--repeat: the runs come from --from-json; give one or the other")
+    if args.from_json:
+        try:
+            runs = [json.loads(Path(name).read_text()) for name in args.from_json]
+        except (OSError, ValueError) as error:
+            return _usage(f"--from-json: {error}")
+    else:
+        runs = []
+        for number in range(args.repeat):
+            if args.repeat > 1:
+                print(f"bench: run {number + 1} of {args.repeat}", flush=True)
+            runs.append(run_suites(args.full))
+    result = median_of_runs(runs)
     print_result(result)
-    print(f"wrote {output}")
+    if not args.from_json or args.output:
+        output = Path(args.output or "bench-ratios.json")
+        output.write_text(json.dumps(result, indent=1, sort_keys=True))
+        print(f"wrote {output}")
+    if args.record:
+        append_history(history_path, history_entry(result, *current_commit()))
+        print(f"recorded in {history_path}")
     if args.compare:
         baseline = json.loads(Path(args.baseline or BASELINE).read_text())
         problems = compare(result, baseline, args.margin)
         for line in problems:
             print(f"REGRESSION {line}")
-        print(f"{len(baseline['ratios']) - len(problems)} ratios within {args.margin:.0%} of the baseline, "
-              f"{len(problems)} regressed")
+        checked = len(set(result["ratios"]) & set(baseline["ratios"]))
+        print(f"{checked - sum(': no baseline' not in p and ': missing' not in p for p in problems)} of {checked} "
+              f"ratios within {args.margin:.0%} of the baseline; {len(problems)} problems")
         return 1 if problems else 0
     return 0
+
+
+def _trend(history_path: Path, output: Path, baseline_path: str | None) -> int:
+    if not history_path.is_file():
+        return _usage(f"--trend: no history at {history_path} (record runs with `mxrec-ref bench --record`)")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return _usage("--trend: needs matplotlib (pip install 'mxrec-ref[plot]')")
+    baseline_file = Path(baseline_path) if baseline_path else BASELINE
+    baseline = json.loads(baseline_file.read_text()) if baseline_file.is_file() else None
+    try:
+        plot_trend(read_history(history_path), baseline, output)
+    except ValueError as error:
+        return _usage(str(error).removeprefix("bench: "))
+    print(f"wrote {output}")
+    return 0
+
+
+def _usage(message: str) -> int:
+    print(f"mxrec-ref bench: {message}", file=sys.stderr)
+    return 2

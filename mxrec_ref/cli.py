@@ -25,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--output", help="where to write the ratios JSON (default: bench-ratios.json)")
     bench.add_argument("--scaling", action="store_true", help="lookup and training cost vs table size (CSV + PNG)")
     bench.add_argument("--max-size", type=int, default=10**6, help="largest table for --scaling (10**7 opt-in)")
+    from .benchmarks import add_history_arguments
+
+    add_history_arguments(bench)
     conformance = commands.add_parser("conformance", help="run the spec's rules against a store implementation")
     conformance.add_argument("--backend", default="ref,fast",
                              help="ref, fast or module:factory (a callable (config, optimizer) -> Store); "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from .errors import GradientError, KeyInputError, UsageError
 from .optimizers import SGD, SparseOptimizer
 
 PADDING_KEY = -1
+logger = logging.getLogger(__name__)   # events of a table's life (spec/observability.md, OBS-2)
 
 # The statistics every backend reports, in this order (spec/stats.md, STAT-1).
 STAT_NAMES = (
@@ -213,7 +215,10 @@ class Store(ABC):
                              f"(eviction_threshold={self.config.eviction_threshold})")
         now = self._check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
-            return self._evict(now)
+            evicted = self._evict(now)
+        logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
+                   self.name, len(evicted), now)
+        return evicted
 
     def set_threshold(self, threshold: int) -> None:
         """mxRec's run-time ``set_threshold`` (ADM-9): ``threshold > 0`` becomes the
@@ -270,6 +275,8 @@ class Store(ABC):
                                               previous=previous_dir, removed=removed)
             else:
                 path = checkpoint.write_table(directory, self.config, self.optimizer, state)
+            logger.info("table %r: saved %d keys to %s (%s)", self.name, len(state.keys), path,
+                        "incremental" if incremental and self._last_checkpoint is not None else "full")
             self._last_checkpoint = (str(directory), state)
             return path
 
@@ -283,6 +290,7 @@ class Store(ABC):
             self._check_fits(state)
             self._import_state(state)
             self._last_checkpoint = (str(directory), state)
+        logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
 
     def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
         """Merge a checkpoint's rows into this store (spec/warmstart.md): the
@@ -298,6 +306,7 @@ class Store(ABC):
             merged = _merge_warm_start(self._export(), loaded, self.config.admit_threshold, now)
             self._check_fits(merged)
             self._import_state(merged)
+        logger.info("table %r: warm start merged %d keys from %s", self.name, len(loaded.keys), directory)
         return len(loaded.keys)
 
     def row_handles(self, keys) -> np.ndarray:
@@ -365,6 +374,7 @@ class Store(ABC):
             return capacity
         if not self.config.dynamic_expansion:
             raise self._capacity_error(needed, capacity)
+        logger.info("table %r: capacity grows from %d to %d rows", self.name, capacity, max(2 * capacity, needed))
         return max(2 * capacity, needed)
 
     def _capacity_error(self, needed: int, capacity: int) -> Exception:

@@ -10,7 +10,7 @@ from .convert import convert_embedding_variables
 from .config_initializer import ConfigInitializer, init, is_initialized, terminate_config_initializer
 from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
 from .graph_modifier import GraphModifierHook, modify_graph_and_start_emb_cache
-from .hooks import EvictHook
+from .hooks import EvictHook, StatsSummaryHook
 from .lookup import sparse_lookup
 from .table import SparseTable, create_table, set_threshold
 from .warm_start import WarmStartHook, WarmStartSettings, scaffold_init_fn, warm_start
@@ -23,7 +23,7 @@ def get_dense_and_sparse_variable():
 
 
 __all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_initializer", "FeatureSpec",
-           "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "sparse_lookup", "SparseTable",
+           "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "StatsSummaryHook", "sparse_lookup", "SparseTable",
            "create_table", "get_dense_and_sparse_variable", "constants", "optimizers", "WarmStartHook",
            "WarmStartSettings", "scaffold_init_fn", "warm_start", "set_threshold", "GraphModifierHook",
            "modify_graph_and_start_emb_cache", "convert_embedding_variables"]

@@ -1,12 +1,15 @@
-"""`EvictHook` (reference 2.6): triggers eviction between training steps."""
+"""Session hooks: `EvictHook` (reference 2.6) triggers eviction between training steps;
+`StatsSummaryHook` writes the tables' statistics for TensorBoard (spec/observability.md)."""
 from __future__ import annotations
 
+import os
 import time
 
 import tensorflow as tf
 
 from .config_initializer import ConfigInitializer
 from .constants import DEFAULT_EVICT_TIME_INTERVAL
+from .stats_scalars import check_positive, check_stat_names, check_tables, stat_scalars
 
 
 class EvictHook(tf.compat.v1.train.SessionRunHook):
@@ -63,3 +66,59 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
             if table._store is not None and table.config.eviction_enabled:
                 self.evicted[table.table_name] = self.evicted.get(table.table_name, 0) + len(table.store.evict())
         return self.evicted
+
+
+class StatsSummaryHook(tf.compat.v1.train.SessionRunHook):
+    """Writes each table's ``stats()`` as TensorBoard scalars ``mxrec/<table>/<statistic>``
+    every ``every_n_steps`` global steps and once more at the end of the session (OBS-3).
+
+    ``tables``: stores or ``SparseTable``s (default: every table of ``create_table``);
+    ``stats``: the statistics to write (default: all of STAT_NAMES).  The step is the
+    global step after the run (read with its own ``session.run``, so it never races
+    the optimizer's increment); without a global step, the number of runs so far.
+    The writer is ``FileWriterCache``'s for ``output_dir``, the one
+    ``MonitoredTrainingSession``'s own summaries share.
+    """
+
+    def __init__(self, output_dir, every_n_steps: int = 100, tables=None, stats=None):
+        if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir):
+            raise ValueError(f"StatsSummaryHook: output_dir: must be a folder path, got {output_dir!r}")
+        self.every_n_steps = check_positive(every_n_steps, "every_n_steps", "StatsSummaryHook")
+        self.output_dir = str(output_dir)
+        self.stats = check_stat_names(stats, "StatsSummaryHook")
+        self._tables = check_tables(tables, "StatsSummaryHook")
+        self._writer = None
+        self._global_step = None
+        self._step = 0
+        self._last_written = None
+
+    def begin(self):
+        self._writer = tf.compat.v1.summary.FileWriterCache.get(self.output_dir)
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def after_create_session(self, session, coord):
+        self._step = self._read_step(session, runs=0)
+        self._last_written = None
+
+    def after_run(self, run_context, run_values):
+        step = self._read_step(run_context.session, runs=self._step + 1)
+        crossed = step // self.every_n_steps > self._step // self.every_n_steps
+        self._step = step
+        if crossed:
+            self.write(step)
+
+    def end(self, session):
+        if self._last_written != self._step:
+            self.write(self._step)
+        self._writer.flush()
+
+    def write(self, step: int) -> None:
+        """Write the statistics now, at ``step``."""
+        values = [tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
+                  for tag, value in stat_scalars(self._tables, self.stats)]
+        if values:
+            self._writer.add_summary(tf.compat.v1.Summary(value=values), global_step=int(step))
+        self._last_written = step
+
+    def _read_step(self, session, runs: int) -> int:
+        return runs if self._global_step is None else int(session.run(self._global_step))

@@ -38,6 +38,7 @@ checkpoint.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import weakref
@@ -56,6 +57,7 @@ HEADER_BYTES = 32
 SPAN_GAP_BYTES = 64 << 10
 _TABLE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 _COUNTERS = ("disk_reads", "disk_writes", "disk_bytes_read", "disk_bytes_written", "compactions")
+logger = logging.getLogger(__name__)
 
 
 def record_dtype(dim: int, n_slots: int) -> np.dtype:
@@ -625,6 +627,7 @@ class DiskTier:
             self._point(keys, fids, new_offsets, records["count"], records["last_seen"])
         self._delete(file)
         self._counters["compactions"] += 1
+        logger.info("table %r: compacted %s (%d live records moved)", self.table, file.path, len(keys))
 
     def _delete(self, file: _File) -> None:
         fd = self._fds.pop(file.fid, None)

@@ -23,6 +23,7 @@ returns (TIER-2).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import weakref
 
 import numpy as np
@@ -34,6 +35,7 @@ from ..store import PADDING_KEY, Store, TableState
 
 # The tier counters a tiered store adds to stats() (spec/tiers.md, TIER-10).
 TIER_COUNTERS = ("host_to_device_rows", "device_to_host_rows", "host_to_disk_rows", "disk_to_host_rows")
+logger = logging.getLogger(__name__)
 
 
 class TieredStore(Store):
@@ -156,6 +158,7 @@ class TieredStore(Store):
         try:
             self._disk.write(victims, values, [slots[name] for name in self.optimizer.slot_names], counts, last_seen)
         except DiskFullError as error:
+            logger.warning("table %r: disk full: %d rows stay in host memory: %s", self.name, len(victims), error)
             return error
         self._inner._drop_rows(victims)
         self._tier_counters["host_to_disk_rows"] += len(victims)
