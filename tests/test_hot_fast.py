@@ -4,17 +4,16 @@ hits as HOT-4 defines them -- as the reference does -- and the core keeps the
 block consistent through every kernel and every way a row goes away."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
 from mxrec_ref import SGD, Adagrad, ConfigError, Ftrl, LazyAdam, TableConfig, hot, open_store
-from mxrec_ref.conformance.helpers import assert_same_result, call_capturing
-from mxrec_ref.conformance.strategies import gradients, initializers, key_batches, table_configs
+from mxrec_ref.conformance.helpers import call_capturing
+from mxrec_ref.conformance.machines import StoreComparison
+from mxrec_ref.conformance.strategies import gradients, initializers, table_configs
 from mxrec_ref.fast import _hot_candidates
 
 pytest.importorskip("mxrec_ref._fast")
@@ -64,112 +63,48 @@ def _check_block(store):
         assert (core.hot_index_of(keys) >= 0).all()
 
 
-class HotOnVersusOff(RuleBasedStateMachine):
-    """Three stores driven alike: fast with a small hot block refreshed every
-    1..3 training lookups, fast without one, and the reference with the same
-    block.  After every step: everything but hot_* equal between the fast
-    stores (HOT-3), everything including hot_* equal to the reference (HOT-4,
-    BE-1), and the fast block consistent."""
+class HotOnVersusOff(StoreComparison):
+    """Three stores driven alike: the reference with a small hot block
+    refreshed every 1..3 training lookups (the oracle), fast with the same
+    block, and fast without one.  After every step: everything including hot_*
+    equal between the reference and fast-with-block (HOT-4, BE-1), everything
+    but hot_* equal for fast-without-block (HOT-3), and the fast block
+    consistent.  ``used`` collects the largest hot_* counters seen, so the
+    test can show the block was exercised."""
 
-    used = {"hot_hit_positions": 0, "hot_refreshes": 0, "hot_rows": 0}
-
-    def __init__(self):
+    def __init__(self, used: dict):
         super().__init__()
-        self.directory = tempfile.mkdtemp(prefix="mxrec-hot-")
-        self.step = 0
-        self.last = None
+        self.used = used
 
     def teardown(self):
-        if hasattr(self, "on"):
+        if self.stores:
             for name in self.used:
-                self.used[name] = max(self.used[name], self.on.stats()[name])
-        shutil.rmtree(self.directory, ignore_errors=True)
+                self.used[name] = max(self.used[name], self.stores[1].stats()[name])
+        super().teardown()
 
     @initialize(config=st.one_of(hot_configs(), hot_configs(), table_configs()), optimizer=KERNELS,
-                hot_rows=st.integers(1, 6),
-                update_step=st.integers(1, 3))
+                hot_rows=st.integers(1, 6), update_step=st.integers(1, 3))
     def open(self, config, optimizer, hot_rows, update_step):
         self.config, self.optimizer, self.hot_rows, self.update_step = config, optimizer, hot_rows, update_step
-        self._open_all()
+        self.stores = self.open_stores()
 
-    def _open_all(self):
-        self.on = _open(self.config, self.optimizer, "fast", self.hot_rows, self.update_step)
-        self.off = _open(self.config, self.optimizer, "fast", 0, self.update_step)
-        self.ref = _open(self.config, self.optimizer, "ref", self.hot_rows, self.update_step)
-        self.stores = (self.on, self.off, self.ref)
+    def open_stores(self):
+        return [_open(self.config, self.optimizer, "ref", self.hot_rows, self.update_step),
+                _open(self.config, self.optimizer, "fast", self.hot_rows, self.update_step),
+                _open(self.config, self.optimizer, "fast", 0, self.update_step)]
 
-    def _all(self, method, *args, **kwargs):
-        out = [call_capturing(store, method, *args, **kwargs) for store in self.stores]
-        assert out[0][1] == out[1][1] == out[2][1], f"{method}: errors differ: {[e for _, e in out]}"
-        return [value for value, _ in out]
+    def excluded_stats(self, index):
+        return set(HOT_STATS) if index == 2 else set()
 
-    def _keys(self, batch):
-        return batch[(batch >= self.config.key_min) & (batch <= self.config.key_max)]
-
-    @rule(batch=key_batches(max_size=40), advance=st.integers(0, 2),
-          pad=st.sampled_from([None, None, 4, 40]), weighted=st.booleans())
-    def train_lookup(self, batch, advance, pad, weighted):
-        batch = self._keys(batch)
-        self.step += advance
-        counts = (np.arange(batch.size) % 3 + 1) if weighted else None
-        results = self._all("lookup", batch, step=self.step, pad_to=pad, counts=counts)
-        if results[0] is not None:
-            assert_same_result(results[0], results[1])
-            assert_same_result(results[0], results[2])
-            self.last = results
-
-    @rule(batch=key_batches(max_size=40), seed=st.integers(0, 2**16))
-    def train_step(self, batch, seed):
-        """A training step: lookup, then its gradients (OPT-*), as a job runs."""
-        self.step += 1
-        self.train_lookup(batch, 0, None, False)
-        if self.last is not None:
-            self.apply_result(seed)
-
-    @rule(batch=key_batches(max_size=40), weighted=st.booleans())
-    def eval_lookup(self, batch, weighted):
-        batch = self._keys(batch)
-        counts = (np.arange(batch.size) % 2 + 1) if weighted else None
-        results = self._all("lookup", batch, train=False, counts=counts)
-        if results[0] is not None:
-            assert_same_result(results[0], results[1])
-            assert_same_result(results[0], results[2])
-
-    @rule(seed=st.integers(0, 2**16))
-    @precondition(lambda self: self.last is not None)
-    def apply_result(self, seed):
-        grads = gradients(len(self.last[0].unique_keys), self.config.dim, seed)
-        applied = [store.apply_gradients(result, grads, step=self.step)
-                   for store, result in zip(self.stores, self.last)]
-        assert applied[0] == applied[1] == applied[2]
-
-    @rule(batch=key_batches(max_size=30), seed=st.integers(0, 2**16))
-    def apply_raw_keys(self, batch, seed):
-        batch = self._keys(batch)
-        applied = self._all("apply_gradients", batch, gradients(batch.size, self.config.dim, seed), step=self.step)
-        assert applied[0] == applied[1] == applied[2]
-
-    @rule(offset=st.sampled_from([None, 0, 1, 3]))
-    @precondition(lambda self: self.config.eviction_enabled)
-    def evict(self, offset):
-        evicted = self._all("evict", None if offset is None else self.step + offset)
-        assert evicted[0].tolist() == evicted[1].tolist() == evicted[2].tolist()
-
-    @rule(growth=st.integers(20, 200))
-    def many_new_keys(self, growth):
-        """New keys: rehashes of the main map while keys are hot."""
-        base = 10**6 + self.step * 1000
-        self.step += 1
-        results = self._all("lookup", np.repeat(np.arange(base, base + growth, dtype=np.int64), 3), step=self.step)
-        if results[0] is not None:
-            assert_same_result(results[0], results[2])
-            self.last = results
+    def check_each_step(self, exports, stats):
+        assert stats[2]["hot_rows"] == stats[2]["hot_hit_positions"] == 0
+        _check_block(self.stores[1])
 
     @rule(pick=st.integers(0, 2**16), fraction=st.sampled_from([0.3, 1.0]))
     def tier_move(self, pick, fraction):
         """Rows leave for another tier and come back (_drop_rows, _put_rows):
         hot keys among them leave the hot set."""
-        keys = self.ref.export().keys
+        keys = self.stores[0].export().keys
         if not len(keys):
             return
         chosen = np.random.default_rng(pick).permutation(keys)[:max(1, int(len(keys) * fraction))]
@@ -181,38 +116,13 @@ class HotOnVersusOff(RuleBasedStateMachine):
             store._put_rows(chosen, values, slots, counts, last_seen)
         self.last = None
 
-    @rule()
-    def save_and_reload(self):
-        for name, store in zip(("on", "off", "ref"), self.stores):
-            store.save(f"{self.directory}/{name}")
-        self._open_all()
-        for name, store in zip(("on", "off", "ref"), self.stores):
-            store.load(f"{self.directory}/{name}")
-        self.last = None
-
-    @invariant()
-    def agree(self):
-        if not hasattr(self, "on"):
-            return
-        on, off, ref = (store.export() for store in self.stores)
-        assert on.differences(off) == [] and on.differences(ref) == []
-        assert _without_hot(self.on.stats()) == _without_hot(self.off.stats())
-        assert self.on.stats() == self.ref.stats()
-        assert self.off.stats()["hot_rows"] == self.off.stats()["hot_hit_positions"] == 0
-        keys = self._keys(np.concatenate([ref.keys, np.array([-1, 3], np.int64)]))
-        assert self.on.row_handles(keys).tolist() == self.off.row_handles(keys).tolist() \
-            == self.ref.row_handles(keys).tolist()
-        _check_block(self.on)
-
-
-HotOnVersusOff.TestCase.settings = settings(max_examples=50, stateful_step_count=25, deadline=None,
-                                            derandomize=True)
-
 
 def test_hot_3_the_block_changes_nothing_but_hot_stats():
     """HOT-3 on the fast backend, and HOT-4 against the reference."""
-    HotOnVersusOff.TestCase("runTest").runTest()
-    used = HotOnVersusOff.used
+    used = {"hot_hit_positions": 0, "hot_refreshes": 0, "hot_rows": 0}
+    run_state_machine_as_test(lambda: HotOnVersusOff(used),
+                              settings=settings(max_examples=50, stateful_step_count=25, deadline=None,
+                                                derandomize=True))
     assert used["hot_refreshes"] > 0 and used["hot_rows"] > 0 and used["hot_hit_positions"] > 0, used
 
 
