@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -263,13 +264,17 @@ class Store(ABC):
 
         ``incremental=True`` writes only what changed since this store's last
         save or load, pointing at that checkpoint (CKPT-9); without one it
-        writes a full checkpoint."""
+        writes a full checkpoint.  An incremental save into its base's chain
+        raises CheckpointError before writing anything."""
         from . import checkpoint  # local: checkpoint imports this module
 
+        incremental = self._check_bool("incremental", incremental)
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         with self._lock:
             state = self._export()
             if incremental and self._last_checkpoint is not None:
                 previous_dir, previous_state = self._last_checkpoint
+                checkpoint.check_delta_target(directory, previous_dir, self.name)
                 delta, removed = checkpoint.delta_between(previous_state, state)
                 path = checkpoint.write_table(directory, self.config, self.optimizer, delta,
                                               previous=previous_dir, removed=removed)
@@ -277,7 +282,7 @@ class Store(ABC):
                 path = checkpoint.write_table(directory, self.config, self.optimizer, state)
             logger.info("table %r: saved %d keys to %s (%s)", self.name, len(state.keys), path,
                         "incremental" if incremental and self._last_checkpoint is not None else "full")
-            self._last_checkpoint = (str(directory), state)
+            self._last_checkpoint = (directory, state)   # absolute: a later chdir changes nothing (CKPT-9)
             return path
 
     def load(self, directory) -> None:
@@ -285,11 +290,12 @@ class Store(ABC):
         before anything changes (CKPT-5)."""
         from . import checkpoint
 
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
             self._check_fits(state)
             self._import_state(state)
-            self._last_checkpoint = (str(directory), state)
+            self._last_checkpoint = (directory, state)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
 
     def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
