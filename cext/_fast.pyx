@@ -84,7 +84,7 @@ power and libm's ``powf`` disagree in the last bit.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
-from libc.math cimport fabsf, sqrtf
+from libc.math cimport fabsf, isfinite, sqrtf
 
 import numpy as np
 
@@ -1539,6 +1539,45 @@ cdef class FastCore:
                     fast_prefetch(source + rows[j + AHEAD] * dim)
                 memcpy(&o_view[j, 0], source + rows[j] * dim, dim * sizeof(float))
         return out
+
+    def write_rows(self, const int64_t[::1] rows, Py_ssize_t slot, const float[:, ::1] data):
+        """Put back rows saved by copy_rows (``slot`` -1: values, written
+        through to the hot block): undoes an update that overflowed (OPT-3)."""
+        cdef Py_ssize_t n = rows.shape[0], j
+        cdef int dim = self.dim
+        cdef float* target = self._values() if slot < 0 else self._slot_data(slot)
+        if data.shape[0] != n or (n and data.shape[1] != dim):
+            raise ValueError("write_rows: data must be [len(rows), dim]")
+        with nogil:
+            for j in range(n):
+                memcpy(target + rows[j] * dim, &data[j, 0], dim * sizeof(float))
+            if slot < 0 and n:
+                self._hot_write_through(&rows[0], n)
+
+    def first_nonfinite(self, const int64_t[::1] rows):
+        """The first j whose row ``rows[j]`` holds NaN or Inf in its values or
+        any optimizer slot, -1 if none (OPT-3)."""
+        cdef Py_ssize_t n = rows.shape[0], j, c, s, n_slots = self.n_slot_arrays, found = -1
+        cdef int dim = self.dim
+        cdef const float* values = self._values()
+        cdef const float* row
+        slot_pointers = np.zeros(max(n_slots, 1), dtype=np.uintp)
+        cdef size_t[::1] slots = slot_pointers
+        for s in range(n_slots):
+            slots[s] = <size_t>self._slot_data(s)
+        with nogil:
+            for j in range(n):
+                for s in range(-1, n_slots):
+                    row = (values if s < 0 else <const float*>slots[s]) + rows[j] * dim
+                    for c in range(dim):
+                        if not isfinite(row[c]):
+                            found = j
+                            break
+                    if found >= 0:
+                        break
+                if found >= 0:
+                    break
+        return found
 
     def load_rows(self, Py_ssize_t capacity, values, slot_arrays):
         """Import: rows [0, n) take ``values`` and ``slot_arrays`` (float32

@@ -227,18 +227,30 @@ class _Vanished(Exception):
 
 def _open_table_folder(root: Path, saved_name: str, table: str) -> tuple[int, Path]:
     """A descriptor of the table folder and the path it was opened by: the
-    table's own, or the old version a killed fallback switch left (CKPT-8)."""
-    for candidate in (root / saved_name, _interrupted_switch(root, saved_name)):
-        if candidate is None:
-            continue
-        try:
-            return os.open(candidate, os.O_RDONLY | os.O_DIRECTORY), candidate
-        except (FileNotFoundError, NotADirectoryError):
-            continue
-        except OSError as error:
-            raise CheckpointError(f"table {table!r}: directory: cannot open {str(candidate)!r}: "
-                                  f"{error.strerror}") from error
+    table's own, or the old version a fallback switch holds between its two
+    renames (a concurrent save, or one killed there: CKPT-8)."""
+    for _ in range(READ_ATTEMPTS):
+        for candidate in (root / saved_name, _interrupted_switch(root, saved_name)):
+            if candidate is None:
+                continue
+            try:
+                return os.open(candidate, os.O_RDONLY | os.O_DIRECTORY), candidate
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as error:
+                raise CheckpointError(f"table {table!r}: directory: cannot open {str(candidate)!r}: "
+                                      f"{error.strerror}") from error
+        if not _temporaries(root, saved_name):    # no save under way that could be switching it
+            break
     raise _no_table(root, saved_name, table)
+
+
+def _temporaries(root: Path, name: str) -> list[str]:
+    pattern = re.compile(_TEMPORARY.format(name=re.escape(name)))
+    try:
+        return sorted(entry for entry in os.listdir(root) if pattern.fullmatch(entry))
+    except OSError:
+        return []
 
 
 def _no_table(root: Path, saved_name: str, table: str) -> CheckpointError:
@@ -578,11 +590,8 @@ def remove_stale_temporaries(root: Path, table: str) -> list[str]:
     Returns their names."""
     pattern = re.compile(_TEMPORARY.format(name=re.escape(table)))
     removed = []
-    for entry in sorted(os.listdir(root)):
-        match = pattern.fullmatch(entry)
-        if not match:
-            continue
-        pid = int(match.group(1))
+    for entry in _temporaries(root, table):
+        pid = int(pattern.fullmatch(entry).group(1))
         with _ACTIVE_LOCK:
             busy = entry in _ACTIVE if pid == os.getpid() else _process_alive(pid)
         if not busy and not _is_only_copy(root, table, entry):

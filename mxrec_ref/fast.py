@@ -125,8 +125,16 @@ class FastStore(Store):
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
-        positions, rows = self._core.resolve_rows(keys, mask)
+        core = self._core
+        positions, rows = core.resolve_rows(keys, mask)
+        # The kernels update in place: keep the rows to put back if the update overflows (OPT-3).
+        saved = [core.copy_rows(rows, slot) for slot in range(-1, len(self._slot_index))]
         self._update(rows, positions, grads, step)
+        bad = core.first_nonfinite(rows)
+        if bad >= 0:
+            for slot, array in zip(range(-1, len(self._slot_index)), saved):
+                core.write_rows(rows, slot, array)
+            raise self._overflow_error(int(keys[positions[bad]]))
         self._counters["grad_applies"] += 1
         self._counters["grad_rows_applied"] += len(rows)
         self._counters["grad_rows_dropped"] += len(keys) - len(rows)

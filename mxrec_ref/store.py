@@ -29,6 +29,8 @@ from .errors import GradientError, KeyInputError, UsageError
 from .optimizers import SGD, SparseOptimizer
 
 PADDING_KEY = -1
+PAD_TO_MAX = 2**31 - 1        # send_count's range (CFG-8)
+PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, checked before any change (LKP-4)
 logger = logging.getLogger(__name__)   # events of a table's life (spec/observability.md, OBS-2)
 
 # The statistics every backend reports, in this order (spec/stats.md, STAT-1).
@@ -178,9 +180,9 @@ class Store(ABC):
         else:
             step = self._check_time("step", step, required=False)
             timestamp = self._check_time("timestamp", timestamp, required=False)
-        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            return self._lookup(flat, shape, train, step, timestamp, pad_to, counts)
+            return _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
 
     def apply_gradients(self, result, grad_rows, *, step: int) -> int:
         """Apply one gradient row per unique key with the store's optimizer.
@@ -197,14 +199,14 @@ class Store(ABC):
                                  f"table {result.table!r} or to another store")
             if not result.train:
                 raise UsageError(f"table {self.name!r}: result: an evaluation lookup has no gradient to apply")
-            keys = result.unique_keys
-            mask = result.admitted
+            keys, mask = self._check_result_arrays(result)
         else:
             keys, _ = self._check_keys(result, parameter="keys")
             mask = keys != PADDING_KEY
         grads = self._check_grads(grad_rows, len(keys))
         if not isinstance(result, LookupResult):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
+            self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
             return self._apply(keys, grads, mask, step)
 
@@ -438,6 +440,39 @@ class Store(ABC):
             raise KeyInputError(f"table {self.name!r}: counts: each must be in [1, 2**31-1]")
         return np.array(array.reshape(-1), dtype=np.int64)
 
+    def _check_pad_to(self, pad_to) -> int | None:
+        """LKP-4: pad_to in [1, 2**31-1] and its padded rows within PAD_FLOATS_MAX,
+        so a huge value fails here, alike in every backend, not in an allocation."""
+        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        if pad_to is not None and (pad_to > PAD_TO_MAX or pad_to * self.config.dim > PAD_FLOATS_MAX):
+            raise UsageError(f"table {self.name!r}: pad_to: must be in [1, 2**31-1] with pad_to x dim <= 2**30 "
+                             f"(4 GiB of padded rows), got {pad_to} x {self.config.dim}")
+        return pad_to
+
+    def _check_result_arrays(self, result: "LookupResult") -> tuple[np.ndarray, np.ndarray]:
+        """(unique_keys, admitted) of a LookupResult, checked once here for every backend (CON-9)."""
+        keys, admitted = result.unique_keys, result.admitted
+        if not (isinstance(keys, np.ndarray) and keys.dtype == np.int64 and keys.ndim == 1
+                and isinstance(admitted, np.ndarray) and admitted.dtype == np.bool_ and admitted.shape == keys.shape):
+            raise UsageError(f"table {self.name!r}: result: unique_keys must be int64 [u] and admitted bool [u], "
+                             f"got {getattr(keys, 'dtype', type(keys).__name__)} / "
+                             f"{getattr(admitted, 'dtype', type(admitted).__name__)}; pass the LookupResult "
+                             f"lookup returned")
+        return np.ascontiguousarray(keys), np.ascontiguousarray(admitted)
+
+    def _check_finite(self, grads: np.ndarray, keys: np.ndarray, problem: str) -> None:
+        """OPT-3 after duplicates are summed."""
+        finite = np.isfinite(grads).all(axis=1)
+        if not finite.all():
+            key = int(keys[np.flatnonzero(~finite)[0]])
+            raise GradientError(f"table {self.name!r}: grad_rows: key {key}: {problem} (nothing was applied)")
+
+    def _overflow_error(self, key: int) -> GradientError:
+        """OPT-3: the error of an update that would leave NaN or Inf in a row or slot; the backend
+        raises it before committing the update."""
+        return GradientError(f"table {self.name!r}: grad_rows: key {key}: the {self.optimizer.kind} update "
+                             f"overflows to NaN or Inf (nothing was applied)")
+
     def _check_grads(self, grad_rows, n: int) -> np.ndarray:
         array = _as_array(grad_rows)
         if array is None or array.dtype.kind not in "fiu":
@@ -470,6 +505,21 @@ def _as_array(value) -> np.ndarray | None:
     return array
 
 
+def _read_only(result: LookupResult) -> LookupResult:
+    """A result's arrays as read-only views: a caller cannot rewrite which keys
+    its gradients go to (CON-9)."""
+    views = {}
+    for name in ("unique_keys", "rows", "inverse", "admitted"):
+        array = base = getattr(result, name)
+        while isinstance(base, np.ndarray):    # fresh arrays of this lookup: no store memory is shared
+            base.flags.writeable = False
+            base = base.base
+        view = array.view()
+        view.flags.writeable = False
+        views[name] = view
+    return dataclasses.replace(result, **views)
+
+
 def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     """Merge repeated keys, summing their rows in order of occurrence (OPT-1)."""
     if keys.size == 0:
@@ -482,7 +532,8 @@ def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     rank[order] = np.arange(order.size)
     slot = rank[inverse]
     summed = np.zeros((order.size, grads.shape[1]), dtype=np.float32)
-    np.add.at(summed, slot, grads)                     # sequential in position order
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by _check_finite
+        np.add.at(summed, slot, grads)                 # sequential in position order
     return unique[order], summed, unique[order] != PADDING_KEY
 
 
