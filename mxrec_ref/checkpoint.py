@@ -261,7 +261,7 @@ def _no_table(root: Path, saved_name: str, table: str) -> CheckpointError:
 def _interrupted_switch(root: Path, name: str) -> Path | None:
     """Where the rename fallback of ``_switch`` was killed between its two
     renames, the old complete version waits under ``.<name>.old-*`` (CKPT-8)."""
-    pattern = re.compile(rf"\.{re.escape(name)}\.old-\d+-\d+")
+    pattern = re.compile(rf"\.{re.escape(name)}\.old-\d+(?:-\d+)?")
     try:
         entries = [e for e in os.scandir(root) if pattern.fullmatch(e.name)]
     except OSError:
@@ -562,7 +562,7 @@ def _corrupt(table: str, path: Path, problem: str):
 _ACTIVE: set[str] = set()            # temporary folders this process is writing now
 _ACTIVE_LOCK = threading.Lock()
 _SERIAL = itertools.count()
-_TEMPORARY = r"\.{name}\.(?:writing|old)-(\d+)-\d+"
+_TEMPORARY = r"\.{name}\.(?:writing|old)-(\d+)(?:-\d+)?"   # without -<n>: earlier versions' names
 
 
 @contextmanager

@@ -579,6 +579,9 @@ def register_backend(name: str, factory: Callable[..., Store]) -> None:
     _BACKENDS[name] = factory
 
 
+TIER_OPTIONS = ("ssd_folder_limit_bytes", "ssd_fault_hook")
+
+
 def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *, backend: str = "ref",
                hot_rows: int | None = None, **tier_options) -> Store:
     """A new, empty store for ``config`` on the named backend ("ref" or "fast").
@@ -600,6 +603,10 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
     factory = _BACKENDS[backend]
     if hot_rows is not None:
         factory = functools.partial(factory, hot_rows=hot_rows)
+    unknown = sorted(set(tier_options) - set(TIER_OPTIONS))
+    if unknown:
+        raise UsageError(f"table {getattr(config, 'name', '?')!r}: {unknown[0]}: not an option of open_store "
+                         f"(options: hot_rows, {', '.join(TIER_OPTIONS)})")
     if isinstance(config, TableConfig) and config.host_vocabulary_size > 0:
         from .tiers import TieredStore, placement_for
 
