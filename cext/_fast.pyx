@@ -1540,43 +1540,58 @@ cdef class FastCore:
                 memcpy(&o_view[j, 0], source + rows[j] * dim, dim * sizeof(float))
         return out
 
-    def write_rows(self, const int64_t[::1] rows, Py_ssize_t slot, const float[:, ::1] data):
-        """Put back rows saved by copy_rows (``slot`` -1: values, written
-        through to the hot block): undoes an update that overflowed (OPT-3)."""
-        cdef Py_ssize_t n = rows.shape[0], j
+    cdef float* _array(self, Py_ssize_t s) except NULL:
+        """Row storage ``s``: -1 the values, else optimizer slot s."""
+        return self._values() if s < 0 else self._slot_data(s)
+
+    def save_rows(self, const int64_t[::1] rows, float[:, :, ::1] out):
+        """Copy the rows' values and every slot into ``out`` [1 + slots, >= len(rows), dim]
+        (a buffer the caller reuses): what restore_rows puts back (OPT-3)."""
+        cdef Py_ssize_t n = rows.shape[0], j, s
         cdef int dim = self.dim
-        cdef float* target = self._values() if slot < 0 else self._slot_data(slot)
-        if data.shape[0] != n or (n and data.shape[1] != dim):
-            raise ValueError("write_rows: data must be [len(rows), dim]")
-        with nogil:
-            for j in range(n):
-                memcpy(target + rows[j] * dim, &data[j, 0], dim * sizeof(float))
-            if slot < 0 and n:
-                self._hot_write_through(&rows[0], n)
+        cdef const float* source
+        if out.shape[0] != 1 + self.n_slot_arrays or out.shape[1] < n or out.shape[2] != dim:
+            raise ValueError("save_rows: out has the wrong shape")
+        for s in range(-1, self.n_slot_arrays):
+            source = self._array(s)
+            with nogil:
+                for j in range(n):
+                    memcpy(&out[s + 1, j, 0], source + rows[j] * dim, dim * sizeof(float))
+
+    def restore_rows(self, const int64_t[::1] rows, const float[:, :, ::1] saved):
+        """Put back what save_rows copied, values written through to the hot
+        block: undoes an update that overflowed (OPT-3)."""
+        cdef Py_ssize_t n = rows.shape[0], j, s
+        cdef int dim = self.dim
+        cdef float* target
+        for s in range(-1, self.n_slot_arrays):
+            target = self._array(s)
+            with nogil:
+                for j in range(n):
+                    memcpy(target + rows[j] * dim, &saved[s + 1, j, 0], dim * sizeof(float))
+        if n:
+            self._hot_write_through(&rows[0], n)
 
     def first_nonfinite(self, const int64_t[::1] rows):
         """The first j whose row ``rows[j]`` holds NaN or Inf in its values or
-        any optimizer slot, -1 if none (OPT-3)."""
-        cdef Py_ssize_t n = rows.shape[0], j, c, s, n_slots = self.n_slot_arrays, found = -1
+        any optimizer slot, -1 if none (OPT-3).  An exponent of all ones is
+        NaN or Inf: a bit test the compiler vectorises."""
+        cdef Py_ssize_t n = rows.shape[0], j, s, c, found = -1
         cdef int dim = self.dim
-        cdef const float* values = self._values()
-        cdef const float* row
-        slot_pointers = np.zeros(max(n_slots, 1), dtype=np.uintp)
-        cdef size_t[::1] slots = slot_pointers
-        for s in range(n_slots):
-            slots[s] = <size_t>self._slot_data(s)
-        with nogil:
-            for j in range(n):
-                for s in range(-1, n_slots):
-                    row = (values if s < 0 else <const float*>slots[s]) + rows[j] * dim
+        cdef const uint32_t* bits
+        cdef uint32_t bad
+        cdef size_t base
+        for s in range(-1, self.n_slot_arrays):
+            base = <size_t>self._array(s)
+            with nogil:
+                for j in range(n if found < 0 else found):
+                    bits = <const uint32_t*>(<const float*>base + rows[j] * dim)
+                    bad = 0
                     for c in range(dim):
-                        if not isfinite(row[c]):
-                            found = j
-                            break
-                    if found >= 0:
+                        bad |= (bits[c] & 0x7f800000u) == 0x7f800000u
+                    if bad:
+                        found = j
                         break
-                if found >= 0:
-                    break
         return found
 
     def load_rows(self, Py_ssize_t capacity, values, slot_arrays):

@@ -222,9 +222,10 @@ def _default_vector(table: str, dim: int, value) -> tuple[float, ...]:
     return tuple(float(x) for x in array.astype(np.float32))
 
 
-def _reject_unknown_parameters(cls):
-    """A misspelt parameter raises ConfigError naming it (CON-3), not the
-    bare TypeError of the generated ``__init__``."""
+def reject_unknown_parameters(cls, subject):
+    """A misspelt parameter raises ConfigError naming it (CFG-11), not the
+    bare TypeError of the generated ``__init__``; ``subject(args, kwargs)``
+    is the message's prefix (which table or optimizer)."""
     generated = cls.__init__
     known = [f.name for f in cls.__dataclass_fields__.values() if f.init]
 
@@ -232,13 +233,13 @@ def _reject_unknown_parameters(cls):
     def __init__(self, *args, **kwargs):
         unknown = sorted(set(kwargs) - set(known))
         if unknown or len(args) > len(known):
-            table = kwargs.get("name", args[0] if args else "?")
             what = unknown[0] if unknown else f"{len(args)} positional arguments"
-            raise ConfigError(f"table {table!r}: {what}: not a {cls.__name__} parameter (parameters: {known})")
+            raise ConfigError(f"{subject(args, kwargs)}: {what}: not a parameter of {cls.__name__} "
+                              f"(parameters: {known})")
         generated(self, *args, **kwargs)
 
     cls.__init__ = __init__
     return cls
 
 
-_reject_unknown_parameters(TableConfig)
+reject_unknown_parameters(TableConfig, lambda args, kwargs: f"table {kwargs.get('name', args[0] if args else '?')!r}")

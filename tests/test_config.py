@@ -174,11 +174,16 @@ def test_cfg_8_send_count_is_save_and_serving_default():
 
 
 def test_cfg_11_unknown_parameters_raise_config_error_naming_them():
-    with pytest.raises(ConfigError, match=r"table 't': dimension: not a TableConfig parameter"):
+    with pytest.raises(ConfigError, match=r"table 't': dimension: not a parameter of TableConfig"):
         TableConfig("t", dimension=4)
-    with pytest.raises(ConfigError, match=r"table 't': 20 positional arguments: not a TableConfig parameter"):
+    with pytest.raises(ConfigError, match=r"table 't': 20 positional arguments: not a parameter of TableConfig"):
         TableConfig("t", 4, *range(18))
     assert TableConfig(name="t", dim=4).dim == 4
+    with pytest.raises(ConfigError, match=r"optimizer 'Adagrad': learningrate: not a parameter of Adagrad"):
+        Adagrad(learningrate=0.1)
+    with pytest.raises(ConfigError, match=r"optimizer 'ftrl': beta: not a parameter of Ftrl"):
+        Ftrl(beta=0.1)
+    assert LazyAdam(0.01).learning_rate == 0.01
 
 
 @pytest.mark.parametrize("factory,parameter", [
