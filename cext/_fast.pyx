@@ -84,7 +84,7 @@ power and libm's ``powf`` disagree in the last bit.
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
-from libc.math cimport fabsf, sqrtf
+from libc.math cimport fabsf, isfinite, sqrtf
 
 import numpy as np
 
@@ -1539,6 +1539,60 @@ cdef class FastCore:
                     fast_prefetch(source + rows[j + AHEAD] * dim)
                 memcpy(&o_view[j, 0], source + rows[j] * dim, dim * sizeof(float))
         return out
+
+    cdef float* _array(self, Py_ssize_t s) except NULL:
+        """Row storage ``s``: -1 the values, else optimizer slot s."""
+        return self._values() if s < 0 else self._slot_data(s)
+
+    def save_rows(self, const int64_t[::1] rows, float[:, :, ::1] out):
+        """Copy the rows' values and every slot into ``out`` [1 + slots, >= len(rows), dim]
+        (a buffer the caller reuses): what restore_rows puts back (OPT-3)."""
+        cdef Py_ssize_t n = rows.shape[0], j, s
+        cdef int dim = self.dim
+        cdef const float* source
+        if out.shape[0] != 1 + self.n_slot_arrays or out.shape[1] < n or out.shape[2] != dim:
+            raise ValueError("save_rows: out has the wrong shape")
+        for s in range(-1, self.n_slot_arrays):
+            source = self._array(s)
+            with nogil:
+                for j in range(n):
+                    memcpy(&out[s + 1, j, 0], source + rows[j] * dim, dim * sizeof(float))
+
+    def restore_rows(self, const int64_t[::1] rows, const float[:, :, ::1] saved):
+        """Put back what save_rows copied, values written through to the hot
+        block: undoes an update that overflowed (OPT-3)."""
+        cdef Py_ssize_t n = rows.shape[0], j, s
+        cdef int dim = self.dim
+        cdef float* target
+        for s in range(-1, self.n_slot_arrays):
+            target = self._array(s)
+            with nogil:
+                for j in range(n):
+                    memcpy(target + rows[j] * dim, &saved[s + 1, j, 0], dim * sizeof(float))
+        if n:
+            self._hot_write_through(&rows[0], n)
+
+    def first_nonfinite(self, const int64_t[::1] rows):
+        """The first j whose row ``rows[j]`` holds NaN or Inf in its values or
+        any optimizer slot, -1 if none (OPT-3).  An exponent of all ones is
+        NaN or Inf: a bit test the compiler vectorises."""
+        cdef Py_ssize_t n = rows.shape[0], j, s, c, found = -1
+        cdef int dim = self.dim
+        cdef const uint32_t* bits
+        cdef uint32_t bad
+        cdef size_t base
+        for s in range(-1, self.n_slot_arrays):
+            base = <size_t>self._array(s)
+            with nogil:
+                for j in range(n if found < 0 else found):
+                    bits = <const uint32_t*>(<const float*>base + rows[j] * dim)
+                    bad = 0
+                    for c in range(dim):
+                        bad |= (bits[c] & 0x7f800000u) == 0x7f800000u
+                    if bad:
+                        found = j
+                        break
+        return found
 
     def load_rows(self, Py_ssize_t capacity, values, slot_arrays):
         """Import: rows [0, n) take ``values`` and ``slot_arrays`` (float32

@@ -12,17 +12,32 @@ mxRec's sparse layout (reference section 3), one folder per table::
     <dir>/<table>/meta.json                   table name, dim, key dtype, optimizer,
                                               clock, format version
 
-Files are raw little-endian.  A table is written into a temporary sibling
-folder, its ``manifest.json`` (every file's size and CRC-32) last, and moved
-into place with one rename, so a reader sees the old complete table or the
-new complete table (CKPT-4); ``read_table`` verifies the manifest (CKPT-8).
+Files are raw little-endian.  The save protocol (CKPT-4, CKPT-8, CKPT-10):
+a table is written into a temporary sibling folder ``.<table>.writing-<pid>-<n>``,
+every file fsynced, its ``manifest.json`` (every file's size and CRC-32)
+last; then one atomic step puts it in place -- ``renameat2(RENAME_EXCHANGE)``
+swaps it with the old table folder (a plain rename for the first save) --
+and the old version, now under the temporary name, is deleted.  Where the
+file system cannot exchange, the old folder is renamed aside to
+``.<table>.old-<pid>-<n>`` first and ``read_table`` recovers from a crash
+between the two renames.  A reader opens the table folder once and reads
+every file through that descriptor (``openat``): files are never changed
+once written, so it reads one complete version, or finds a file gone because
+a concurrent save deleted that version, and reads again (CKPT-11).
 """
 from __future__ import annotations
 
+import ctypes
+import errno
+import itertools
 import json
+import logging
 import os
-import zlib
+import re
 import shutil
+import threading
+import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -35,72 +50,297 @@ from .store import TableState
 FORMAT_VERSION = 1
 _INT64 = np.dtype("<i8")
 _FLOAT32 = np.dtype("<f4")
+MAX_DELTA_CHAIN = 10_000
+READ_ATTEMPTS = 100      # versions a load may see replaced under it before it gives up (CKPT-11)
+logger = logging.getLogger(__name__)
+
+# Called with the name of each step of the save protocol as it completes; the
+# fault-injection tests kill the process there (tests/test_checkpoint_faults.py).
+fault_hook = None
+
+
+def fault_point(step: str) -> None:
+    if fault_hook is not None:
+        fault_hook(step)
 
 
 def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, state: TableState, *,
                 previous=None, removed: np.ndarray | None = None) -> str:
     """Write ``state`` as a full table, or -- with ``previous`` (the checkpoint
     folder it builds on) -- as a delta: ``state`` then holds only the changed
-    keys and ``removed`` the keys gone since ``previous`` (CKPT-9)."""
-    root = Path(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / config.name
-    temporary = root / f".{config.name}.writing-{os.getpid()}"
-    if temporary.exists():
-        shutil.rmtree(temporary)
-    temporary.mkdir()
-    n, dim = len(state.keys), config.dim
-    _write_slice(temporary / "key", state.keys.astype(_INT64, copy=False), [n, 8])
-    _write_slice(temporary / "embedding", state.values.astype(_FLOAT32, copy=False), [n, dim, 4])
-    for slot in optimizer.slot_names:
-        _write_slice(temporary / optimizer.checkpoint_slot_name(slot),
-                     state.slots[slot].astype(_FLOAT32, copy=False), [n, dim, 4])
-    feat = np.concatenate([
-        np.stack([state.keys, state.counts, state.last_seen], axis=1).reshape(-1, 3),
-        np.stack([state.pending_keys, state.pending_counts, state.pending_last_seen], axis=1).reshape(-1, 3),
-    ]).astype(_INT64)
-    _write_slice(temporary / "feat_info", feat, [len(feat), 3, 8])
-    if previous is not None:
-        removed = np.zeros(0, np.int64) if removed is None else removed
-        _write_slice(temporary / "removed", removed.astype(_INT64, copy=False), [len(removed), 8])
+    keys and ``removed`` the keys gone since ``previous`` (CKPT-9).  An I/O
+    error raises CheckpointError naming the table and the path, and leaves no
+    temporary folder behind (CKPT-10)."""
+    table = config.name
+    root = Path(checked_directory(directory, table))
     meta = {
         "format_version": FORMAT_VERSION,
-        "table": config.name,
-        "dim": dim,
+        "table": table,
+        "dim": config.dim,
         "key_dtype": config.key_dtype,
         "optimizer": optimizer.describe(),
-        "n_keys": n,
+        "n_keys": len(state.keys),
         "n_pending": len(state.pending_keys),
         "clock": state.clock,
         "clock_source": state.clock_source,
         "kind": "full" if previous is None else "delta",
-        # the base, relative to this checkpoint folder, so a tree of checkpoints can move
-        "previous": None if previous is None else os.path.relpath(Path(previous).resolve(), root.resolve()),
+        "previous": None,
     }
-    if previous is not None:
-        meta["n_removed"] = len(removed)
-    (temporary / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
-    _write_manifest(temporary)
-    _replace(temporary, final)
-    return str(final)
+    with _io_errors(table, root):
+        root.mkdir(parents=True, exist_ok=True)
+        if previous is not None:
+            # the base, relative to this checkpoint folder, so a tree of checkpoints can move;
+            # both absolute here, so the current directory does not matter (CKPT-9)
+            meta["previous"] = os.path.relpath(os.path.realpath(previous), os.path.realpath(root))
+            removed = np.zeros(0, np.int64) if removed is None else removed
+            meta["n_removed"] = len(removed)
+        remove_stale_temporaries(root, table)
+        with _temporary_folder(root, table) as temporary:
+            fault_point("begin")
+            _write_files(temporary, optimizer, state, meta, removed if previous is not None else None)
+            _switch(temporary, root / table)
+    return str(root / table)
+
+
+def check_delta_target(directory, previous, table: str) -> None:
+    """An incremental save must not overwrite a checkpoint its own chain
+    builds on: it would destroy its base and point at itself (CKPT-9)."""
+    target = os.path.realpath(directory)
+    folder, seen = os.path.realpath(previous), set()
+    while folder not in seen and len(seen) <= MAX_DELTA_CHAIN:
+        if folder == target:
+            raise CheckpointError(
+                f"table {table!r}: directory: an incremental save into {str(directory)!r} would overwrite the "
+                f"checkpoint it builds on ({previous!r} or its base); save the delta into another folder "
+                f"(nothing was written)")
+        seen.add(folder)
+        try:
+            meta = json.loads(Path(folder, table, "meta.json").read_text())
+        except (OSError, ValueError):
+            return
+        if not isinstance(meta, dict) or meta.get("kind") != "delta" or not isinstance(meta.get("previous"), str):
+            return
+        folder = os.path.realpath(os.path.join(folder, meta["previous"]))
+
+
+def checked_directory(directory, table: str) -> str:
+    """A checkpoint folder argument as a path string, or CheckpointError naming ``directory`` (CKPT-10)."""
+    if isinstance(directory, bytes) or not isinstance(directory, (str, os.PathLike)):
+        raise CheckpointError(f"table {table!r}: directory: must be a folder path (str or os.PathLike), "
+                              f"got {directory!r}")
+    path = os.fspath(directory)
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise CheckpointError(f"table {table!r}: directory: must be a non-empty path without NUL "
+                              f"characters, got {path!r}")
+    return path
+
+
+def _write_files(folder: Path, optimizer: SparseOptimizer, state: TableState, meta: dict,
+                 removed: np.ndarray | None) -> None:
+    n, dim = meta["n_keys"], meta["dim"]
+    _write_slice(folder, "key", state.keys.astype(_INT64, copy=False), [n, 8])
+    _write_slice(folder, "embedding", state.values.astype(_FLOAT32, copy=False), [n, dim, 4])
+    for slot in optimizer.slot_names:
+        _write_slice(folder, optimizer.checkpoint_slot_name(slot), state.slots[slot].astype(_FLOAT32, copy=False),
+                     [n, dim, 4])
+    feat = np.concatenate([
+        np.stack([state.keys, state.counts, state.last_seen], axis=1).reshape(-1, 3),
+        np.stack([state.pending_keys, state.pending_counts, state.pending_last_seen], axis=1).reshape(-1, 3),
+    ]).astype(_INT64)
+    _write_slice(folder, "feat_info", feat, [len(feat), 3, 8])
+    if removed is not None:
+        _write_slice(folder, "removed", removed.astype(_INT64, copy=False), [len(removed), 8])
+    _write_file(folder, "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+    _write_manifest(folder)
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
+        _fsync_directory(sub)
+    _fsync_directory(folder)
+    fault_point("fsync folder")
 
 
 def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, source_table: str | None = None,
-               slots_required: bool = True, _depth: int = 0) -> TableState:
+               slots_required: bool = True) -> TableState:
     """Read and fully validate a table; raises CheckpointError naming the
     table, the file and the problem (CKPT-5).  ``source_table`` reads a table
     saved under another name (warm start with renaming).  With
     ``slots_required=False`` a checkpoint of another optimizer kind is
-    accepted and its slots come back at the optimizer's initial values (WS-4)."""
-    root = Path(directory)
+    accepted and its slots come back at the optimizer's initial values (WS-4).
+    A delta is read with its chain, base first (CKPT-9); a chain that loops
+    raises CheckpointError."""
     table = config.name
+    root = Path(checked_directory(directory, table))
     saved_name = source_table or table
-    folder = root / saved_name
-    if not (folder / "meta.json").is_file():
-        raise CheckpointError(f"table {table!r}: directory: no table {saved_name!r} in checkpoint {str(root)!r} "
-                              f"(tables present: {list_tables(root)})")
-    _verify_manifest(folder, table)
-    meta = _read_meta(folder, table)
+    deltas, seen = [], []
+    while True:
+        real = os.path.realpath(root)
+        if real in seen:
+            raise CheckpointError(f"table {table!r}: checkpoint: the delta chain loops back to {str(root)!r} "
+                                  f"(chain: {seen})")
+        seen.append(real)
+        meta, state, removed = _read_version(root, saved_name, config, optimizer, slots_required)
+        if meta.get("kind", "full") == "full":
+            break
+        if len(seen) > MAX_DELTA_CHAIN:
+            raise CheckpointError(f"table {table!r}: checkpoint: more than {MAX_DELTA_CHAIN} deltas in a chain")
+        deltas.append((state, removed))
+        root = root / meta["previous"]
+    for delta, removed in reversed(deltas):
+        state = apply_delta(state, delta, removed)
+    return state
+
+
+def _read_version(root: Path, saved_name: str, config: TableConfig, optimizer: SparseOptimizer,
+                  slots_required: bool):
+    """(meta, state, removed keys or None) of one complete version of ``root/saved_name``.
+
+    The folder is opened once and every file read through that descriptor.
+    A file the manifest lists but the folder lacks is corruption -- unless the
+    path now names another folder: a concurrent save replaced this version
+    and deleted it under us, and the new one is read instead (CKPT-11)."""
+    table = config.name
+    for _ in range(READ_ATTEMPTS):
+        fd, opened = _open_table_folder(root, saved_name, table)
+        try:
+            if not _exists_at(fd, "meta.json"):
+                raise _Vanished(None, "")
+            files = _read_verified_files(fd, opened, table)
+            return _decode(files, opened, config, optimizer, slots_required)
+        except _Vanished as vanished:
+            if _same_folder(fd, opened):
+                if vanished.name is None:
+                    raise _no_table(root, saved_name, table) from None
+                _corrupt(table, opened / vanished.name, vanished.problem)
+        finally:
+            os.close(fd)
+    raise CheckpointError(f"table {table!r}: checkpoint: {str(root / saved_name)!r} was replaced "
+                          f"{READ_ATTEMPTS} times while being read; stop the process saving it, or load another "
+                          f"checkpoint")
+
+
+class _Vanished(Exception):
+    """A file of the version being read is missing (``name`` None: meta.json)."""
+
+    def __init__(self, name: str | None, problem: str):
+        super().__init__(name)
+        self.name, self.problem = name, problem
+
+
+def _open_table_folder(root: Path, saved_name: str, table: str) -> tuple[int, Path]:
+    """A descriptor of the table folder and the path it was opened by: the
+    table's own, or the old version a fallback switch holds between its two
+    renames (a concurrent save, or one killed there: CKPT-8)."""
+    for _ in range(READ_ATTEMPTS):
+        for candidate in (root / saved_name, _interrupted_switch(root, saved_name)):
+            if candidate is None:
+                continue
+            try:
+                return os.open(candidate, os.O_RDONLY | os.O_DIRECTORY), candidate
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError as error:
+                raise CheckpointError(f"table {table!r}: directory: cannot open {str(candidate)!r}: "
+                                      f"{error.strerror}") from error
+        if not _temporaries(root, saved_name):    # no save under way that could be switching it
+            break
+    raise _no_table(root, saved_name, table)
+
+
+def _temporaries(root: Path, name: str) -> list[str]:
+    pattern = re.compile(_TEMPORARY.format(name=re.escape(name)))
+    try:
+        return sorted(entry for entry in os.listdir(root) if pattern.fullmatch(entry))
+    except OSError:
+        return []
+
+
+def _no_table(root: Path, saved_name: str, table: str) -> CheckpointError:
+    return CheckpointError(f"table {table!r}: directory: no table {saved_name!r} in checkpoint {str(root)!r} "
+                           f"(tables present: {list_tables(root)})")
+
+
+def _interrupted_switch(root: Path, name: str) -> Path | None:
+    """Where the rename fallback of ``_switch`` was killed between its two
+    renames, the old complete version waits under ``.<name>.old-*`` (CKPT-8)."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.old-\d+(?:-\d+)?")
+    try:
+        entries = [e for e in os.scandir(root) if pattern.fullmatch(e.name)]
+    except OSError:
+        return None
+    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
+    return Path(entries[0].path) if entries else None
+
+
+def _exists_at(fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=fd)
+        return True
+    except OSError:
+        return False
+
+
+def _same_folder(fd: int, path: Path) -> bool:
+    """Whether ``path`` still names the folder open as ``fd``."""
+    try:
+        now, held = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _read_verified_files(fd: int, folder: Path, table: str) -> dict[str, bytearray]:
+    """Every file the manifest lists, read through ``fd``, sizes and CRC-32s checked (CKPT-8)."""
+    try:
+        manifest = _read_at(fd, MANIFEST)
+    except FileNotFoundError:
+        raise _Vanished(MANIFEST, "manifest is missing: the table was not written completely") from None
+    except OSError as error:
+        _corrupt(table, folder / MANIFEST, f"cannot be read ({error.strerror or error})")
+    try:
+        entries = json.loads(bytes(manifest))["files"]
+        if not isinstance(entries, dict):
+            raise ValueError("'files' is not a mapping")
+    except (ValueError, KeyError, TypeError) as exc:
+        _corrupt(table, folder / MANIFEST, f"unreadable manifest ({exc})")
+    files = {}
+    for name, entry in sorted(entries.items()):
+        if not isinstance(entry, dict) or os.path.isabs(name) or ".." in Path(name).parts:
+            _corrupt(table, folder / MANIFEST, f"malformed entry {name!r}")
+        try:
+            data = _read_at(fd, name)
+        except (FileNotFoundError, NotADirectoryError):
+            raise _Vanished(name, "file listed in the manifest is missing") from None
+        except OSError as error:
+            _corrupt(table, folder / name, f"cannot be read ({error.strerror or error})")
+        if len(data) != entry.get("bytes"):
+            _corrupt(table, folder / name, f"holds {len(data)} bytes, the manifest says {entry.get('bytes')}")
+        if f"{zlib.crc32(data):08x}" != entry.get("crc32"):
+            _corrupt(table, folder / name, "checksum differs from the manifest: the file is corrupted")
+        files[name] = data
+    return files
+
+
+def _read_at(fd: int, name: str) -> bytearray:
+    """The whole file ``name`` under the folder ``fd``, into writable memory."""
+    file = os.open(name, os.O_RDONLY, dir_fd=fd)
+    try:
+        size = os.fstat(file).st_size
+        data = bytearray(size)
+        view, done = memoryview(data), 0
+        while done < size:
+            n = os.readv(file, [view[done:]])
+            if n == 0:
+                break
+            done += n
+        return data if done == size else data[:done]
+    finally:
+        os.close(file)
+
+
+def _decode(files: dict[str, bytearray], folder: Path, config: TableConfig, optimizer: SparseOptimizer,
+            slots_required: bool):
+    """(meta, state, removed or None) from a version's verified files, fully validated (CKPT-5)."""
+    table = config.name
+    meta = _read_meta(files, folder, table)
     if meta["dim"] != config.dim:
         raise CheckpointError(f"table {table!r}: dim: the checkpoint has dim {meta['dim']}, "
                               f"the table has dim {config.dim}")
@@ -110,15 +350,19 @@ def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, so
         raise CheckpointError(f"table {table!r}: optimizer: the checkpoint was trained with {saved_kind!r}, "
                               f"the store uses {optimizer.kind!r}; their slots differ")
     n, m, dim = meta["n_keys"], meta["n_pending"], config.dim
-    keys = _read_slice(folder / "key", _INT64, [n, 8], table)
-    values = _read_slice(folder / "embedding", _FLOAT32, [n, dim, 4], table).reshape(n, dim)
+
+    def read_slice(name, dtype, attribute):
+        return _read_slice(files, folder, name, dtype, attribute, table)
+
+    keys = read_slice("key", _INT64, [n, 8])
+    values = read_slice("embedding", _FLOAT32, [n, dim, 4]).reshape(n, dim)
     if same_slots:
-        slots = {slot: _read_slice(folder / optimizer.checkpoint_slot_name(slot), _FLOAT32, [n, dim, 4], table)
-                 .reshape(n, dim) for slot in optimizer.slot_names}
+        slots = {slot: read_slice(optimizer.checkpoint_slot_name(slot), _FLOAT32, [n, dim, 4]).reshape(n, dim)
+                 for slot in optimizer.slot_names}
     else:
         slots = {slot: np.full((n, dim), value, dtype=np.float32)
                  for slot, value in optimizer.slot_initial_values().items()}
-    feat = _read_slice(folder / "feat_info", _INT64, [n + m, 3, 8], table).reshape(n + m, 3)
+    feat = read_slice("feat_info", _INT64, [n + m, 3, 8]).reshape(n + m, 3)
     if not np.array_equal(feat[:n, 0], keys):
         _corrupt(table, folder / "feat_info", "its first keys differ from key/slice.data")
     pending = feat[n:, 0]
@@ -150,18 +394,17 @@ def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, so
         pending_keys=pending.copy(), pending_counts=feat[n:, 1].copy(), pending_last_seen=feat[n:, 2].copy(),
         clock=None if clock is None else int(clock), clock_source=source,
     )
-    if meta.get("kind", "full") == "full":
-        return state
-    if _depth >= MAX_DELTA_CHAIN:
-        _corrupt(table, folder / "meta.json", f"more than {MAX_DELTA_CHAIN} deltas in a chain (a cycle?)")
-    removed = _read_slice(folder / "removed", _INT64, [int(meta.get("n_removed", 0)), 8], table)
-    base_root = (root / meta["previous"]).resolve()
-    base = read_table(base_root, config, optimizer, source_table=saved_name, slots_required=slots_required,
-                      _depth=_depth + 1)
-    return apply_delta(base, state, removed)
-
-
-MAX_DELTA_CHAIN = 10_000
+    removed = None
+    if meta.get("kind", "full") != "full":
+        previous = meta.get("previous")
+        if meta.get("kind") != "delta" or not isinstance(previous, str) or not previous:
+            _corrupt(table, folder / "meta.json", f"kind {meta.get('kind')!r} / previous {previous!r} "
+                                                  f"do not describe a delta")
+        n_removed = meta.get("n_removed", 0)
+        if not isinstance(n_removed, int) or n_removed < 0:
+            _corrupt(table, folder / "meta.json", "n_removed must be a non-negative integer")
+        removed = read_slice("removed", _INT64, [n_removed, 8])
+    return meta, state, removed
 
 
 def delta_between(previous: TableState, current: TableState) -> tuple[TableState, np.ndarray]:
@@ -225,9 +468,10 @@ def apply_delta(base: TableState, delta: TableState, removed: np.ndarray) -> Tab
 
 def list_tables(directory) -> list[str]:
     root = Path(directory)
-    if not root.is_dir():
+    try:
+        return sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file() and not p.name.startswith("."))
+    except OSError:
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file() and not p.name.startswith("."))
 
 
 # --------------------------------------------------------------- manifest
@@ -248,60 +492,52 @@ def _write_manifest(folder: Path) -> None:
     """Every file of the table with its size and CRC-32, written last (CKPT-8)."""
     files = sorted(p for p in folder.rglob("*") if p.is_file())
     entries = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "crc32": _file_digest(p)} for p in files}
-    path = folder / MANIFEST
-    with open(path, "w") as f:
-        json.dump({"format_version": FORMAT_VERSION, "files": entries}, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _verify_manifest(folder: Path, table: str) -> None:
-    path = folder / MANIFEST
-    if not path.is_file():
-        _corrupt(table, path, "manifest is missing: the table was not written completely")
-    try:
-        entries = json.loads(path.read_text())["files"]
-    except (OSError, ValueError, KeyError) as exc:
-        _corrupt(table, path, f"unreadable manifest ({exc})")
-    for name, entry in sorted(entries.items()):
-        file = folder / name
-        if not file.is_file():
-            _corrupt(table, file, "file listed in the manifest is missing")
-        if file.stat().st_size != entry["bytes"]:
-            _corrupt(table, file, f"holds {file.stat().st_size} bytes, the manifest says {entry['bytes']}")
-        if _file_digest(file) != entry.get("crc32"):
-            _corrupt(table, file, "checksum differs from the manifest: the file is corrupted")
+    _write_file(folder, MANIFEST, json.dumps({"format_version": FORMAT_VERSION, "files": entries}, indent=1,
+                                             sort_keys=True).encode())
 
 
 # ------------------------------------------------------------------ files
-def _write_slice(folder: Path, data: np.ndarray, attribute: list[int]) -> None:
-    folder.mkdir()
-    with open(folder / "slice.data", "wb") as f:
-        f.write(np.ascontiguousarray(data).data)
+def _write_file(folder: Path, name: str, data) -> None:
+    """Write and fsync one file (CKPT-8: durable before the switch)."""
+    with open(folder / name, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
-    np.asarray(attribute, dtype=_INT64).tofile(folder / "slice.attribute")
+    fault_point(f"fsync {name}")
 
 
-def _read_slice(folder: Path, dtype: np.dtype, attribute: list[int], table: str) -> np.ndarray:
-    data_path, attr_path = folder / "slice.data", folder / "slice.attribute"
-    for path in (data_path, attr_path):
-        if not path.is_file():
-            _corrupt(table, path, "file is missing")
-    saved_attribute = np.fromfile(attr_path, dtype=_INT64).tolist()
+def _write_slice(folder: Path, name: str, data: np.ndarray, attribute: list[int]) -> None:
+    (folder / name).mkdir()
+    _write_file(folder, f"{name}/slice.data", np.ascontiguousarray(data).data)
+    _write_file(folder, f"{name}/slice.attribute", np.asarray(attribute, dtype=_INT64).tobytes())
+
+
+def _read_slice(files: dict, folder: Path, name: str, dtype: np.dtype, attribute: list[int],
+                table: str) -> np.ndarray:
+    data_name, attr_name = f"{name}/slice.data", f"{name}/slice.attribute"
+    for part in (data_name, attr_name):
+        if part not in files:
+            _corrupt(table, folder / part, "file is missing")
+    attr = files[attr_name]
+    saved_attribute = np.frombuffer(attr, dtype=_INT64, count=len(attr) // 8).tolist()
     if saved_attribute != attribute:
-        _corrupt(table, attr_path, f"attribute {saved_attribute} does not match the expected {attribute}")
+        _corrupt(table, folder / attr_name, f"attribute {saved_attribute} does not match the expected {attribute}")
     expected_bytes = int(np.prod(attribute[:-1])) * dtype.itemsize
-    if data_path.stat().st_size != expected_bytes:
-        _corrupt(table, data_path, f"holds {data_path.stat().st_size} bytes, expected {expected_bytes}")
-    return np.fromfile(data_path, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
+    data = files[data_name]
+    if len(data) != expected_bytes:
+        _corrupt(table, folder / data_name, f"holds {len(data)} bytes, expected {expected_bytes}")
+    return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
 
 
-def _read_meta(folder: Path, table: str) -> dict:
+def _read_meta(files: dict, folder: Path, table: str) -> dict:
     path = folder / "meta.json"
+    if "meta.json" not in files:
+        _corrupt(table, path, "file is missing")
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        meta = json.loads(bytes(files["meta.json"]))
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:
         _corrupt(table, path, f"unreadable ({exc})")
     required = ("format_version", "table", "dim", "key_dtype", "optimizer", "n_keys", "n_pending",
                 "clock", "clock_source")
@@ -313,6 +549,8 @@ def _read_meta(folder: Path, table: str) -> dict:
     for name in ("dim", "n_keys", "n_pending"):
         if not isinstance(meta[name], int) or meta[name] < 0:
             _corrupt(table, path, f"{name} must be a non-negative integer")
+    if not isinstance(meta["optimizer"], dict):
+        _corrupt(table, path, "optimizer must be an object")
     return meta
 
 
@@ -320,24 +558,134 @@ def _corrupt(table: str, path: Path, problem: str):
     raise CheckpointError(f"table {table!r}: checkpoint: {str(path)!r}: {problem}")
 
 
-def _replace(temporary: Path, final: Path) -> None:
-    """Swap the finished folder into place: rename the old one aside, rename
-    the new one in, delete the old one."""
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
-    if final.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.rename(final, old)
+# ------------------------------------------------------------ the switch
+_ACTIVE: set[str] = set()            # temporary folders this process is writing now
+_ACTIVE_LOCK = threading.Lock()
+_SERIAL = itertools.count()
+_TEMPORARY = r"\.{name}\.(?:writing|old)-(\d+)(?:-\d+)?"   # without -<n>: earlier versions' names
+
+
+@contextmanager
+def _temporary_folder(root: Path, table: str):
+    """A fresh ``.<table>.writing-<pid>-<n>``; removed when the block ends
+    (after a switch it holds the old version), whether the save worked or not."""
+    with _ACTIVE_LOCK:
+        temporary = root / f".{table}.writing-{os.getpid()}-{next(_SERIAL)}"
+        _ACTIVE.add(temporary.name)
+    try:
+        temporary.mkdir()
+        yield temporary
+    finally:
+        try:
+            shutil.rmtree(temporary, ignore_errors=True)
+            fault_point("remove old")
+        finally:
+            with _ACTIVE_LOCK:
+                _ACTIVE.discard(temporary.name)
+
+
+def remove_stale_temporaries(root: Path, table: str) -> list[str]:
+    """Delete the temporary folders of ``table`` that no save is writing:
+    those of dead processes, and this process's that no save holds (CKPT-10).
+    Returns their names."""
+    pattern = re.compile(_TEMPORARY.format(name=re.escape(table)))
+    removed = []
+    for entry in _temporaries(root, table):
+        pid = int(pattern.fullmatch(entry).group(1))
+        with _ACTIVE_LOCK:
+            busy = entry in _ACTIVE if pid == os.getpid() else _process_alive(pid)
+        if not busy and not _is_only_copy(root, table, entry):
+            shutil.rmtree(root / entry, ignore_errors=True)
+            removed.append(entry)
+    if removed:
+        logger.info("table %r: removed stale temporary folders %s from %s", table, removed, root)
+    return removed
+
+
+def _is_only_copy(root: Path, table: str, entry: str) -> bool:
+    """An ``.old`` folder is the table itself when a fallback switch was killed between its renames."""
+    return ".old-" in entry and not (root / table).exists()
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _switch(temporary: Path, final: Path) -> None:
+    """Put the finished folder in place in one atomic step (CKPT-4): exchange
+    it with the old table, or rename it in when there is none.  Without
+    RENAME_EXCHANGE: rename the old one aside, then the new one in."""
+    for _ in range(3):                   # another process may create or replace ``final`` meanwhile
+        try:
+            if not os.path.lexists(final):
+                os.rename(temporary, final)
+                fault_point("rename")
+            elif use_exchange and _exchange(temporary, final):
+                fault_point("exchange")
+            else:
+                _rename_twice(temporary, final)
+            _fsync_directory(final.parent)
+            fault_point("fsync parent")
+            return
+        except OSError as error:
+            if error.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST) or not temporary.exists():
+                raise
+    raise OSError(errno.EBUSY, "the table folder kept changing under a concurrent save", str(final))
+
+
+def _rename_twice(temporary: Path, final: Path) -> None:
+    old = final.with_name(temporary.name.replace(".writing-", ".old-"))
+    os.rename(final, old)
+    fault_point("rename aside")
     os.rename(temporary, final)
-    _fsync_directory(final.parent)
-    if old.exists():
-        shutil.rmtree(old)
+    fault_point("rename in")
+    os.rename(old, temporary)            # removed with the temporary folder
+
+
+# renameat2(2) with RENAME_EXCHANGE (Linux 3.15, glibc 2.28): swaps two paths atomically.
+use_exchange = True
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+try:
+    _renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    _renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+except (OSError, AttributeError):   # no such libc function: rename twice
+    _renameat2 = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap ``a`` and ``b``; False where the system or file system cannot."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
 
 
 def _fsync_directory(folder: Path) -> None:
-    """Make the rename itself durable."""
+    """Make the entries of a folder (a rename, new files) durable."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextmanager
+def _io_errors(table: str, root: Path):
+    """OSErrors of a save as CheckpointError naming the table and the path, the cause chained (CKPT-10)."""
+    try:
+        yield
+    except OSError as error:
+        where = error.filename or root
+        raise CheckpointError(f"table {table!r}: directory: cannot write checkpoint {str(root)!r}: "
+                              f"{error.strerror or error} ({where})") from error

@@ -5,6 +5,7 @@ never sees an invalid one (spec/config.md, CFG-1..CFG-9).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,9 +19,21 @@ INT32_MAX = 2**31 - 1
 VOCAB_MAX = 10**9
 DIM_MAX = 8192
 NAME_MAX = 100
-_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.]+$")
+# A name is one safe path component (CFG-1): it names the table's checkpoint
+# folder and SSD files, so no separator, no control character, and no leading
+# '.' ('.', '..' and hidden names would alias the checkpoint folder itself or
+# the save protocol's temporary folders).  fullmatch: '$' would accept "t\n".
+_NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.]*")
+NAME_RULE = f"1..{NAME_MAX} characters of letters, digits, '_' and '.', not starting with '.'"
 
 INITIALIZER_KINDS = ("constant", "uniform", "truncated_normal")
+
+
+def check_table_name(name) -> str:
+    """CFG-1, for every place a table name arrives (TableConfig, the SSD tier)."""
+    if not isinstance(name, str) or not 1 <= len(name) <= NAME_MAX or not _NAME_PATTERN.fullmatch(name):
+        raise ConfigError(f"table {name!r}: name: must be {NAME_RULE}")
+    return name
 
 
 def _fail(table: str, parameter: str, message: str) -> ConfigError:
@@ -108,10 +121,7 @@ class TableConfig:
 
     def __post_init__(self):
         name = self.name
-        if not isinstance(name, str) or not 1 <= len(name) <= NAME_MAX or not _NAME_PATTERN.match(name):
-            raise ConfigError(
-                f"table {name!r}: name: must be 1..{NAME_MAX} characters of letters, digits, '_' and '.'"
-            )
+        check_table_name(name)
         set_ = object.__setattr__  # frozen dataclass: normalise fields once, here
         set_(self, "dim", _check_int(name, "dim", self.dim, 1, DIM_MAX))
         key_dtype = _dtype_name(self.key_dtype)
@@ -200,9 +210,36 @@ def _dtype_name(value) -> str | None:
 def _default_vector(table: str, dim: int, value) -> tuple[float, ...]:
     if value is None:
         return (0.0,) * dim
-    array = np.asarray(value, dtype=np.float64)
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise _fail(table, "serving_default_value", f"must be a finite number or {dim} finite numbers, "
+                                                    f"got {value!r}") from None
     if array.ndim == 0:
         array = np.full(dim, float(array))
     if array.shape != (dim,) or not np.all(np.isfinite(array)):
         raise _fail(table, "serving_default_value", f"must be a finite number or {dim} finite numbers")
     return tuple(float(x) for x in array.astype(np.float32))
+
+
+def reject_unknown_parameters(cls, subject):
+    """A misspelt parameter raises ConfigError naming it (CFG-11), not the
+    bare TypeError of the generated ``__init__``; ``subject(args, kwargs)``
+    is the message's prefix (which table or optimizer)."""
+    generated = cls.__init__
+    known = [f.name for f in cls.__dataclass_fields__.values() if f.init]
+
+    @functools.wraps(generated)
+    def __init__(self, *args, **kwargs):
+        unknown = sorted(set(kwargs) - set(known))
+        if unknown or len(args) > len(known):
+            what = unknown[0] if unknown else f"{len(args)} positional arguments"
+            raise ConfigError(f"{subject(args, kwargs)}: {what}: not a parameter of {cls.__name__} "
+                              f"(parameters: {known})")
+        generated(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+reject_unknown_parameters(TableConfig, lambda args, kwargs: f"table {kwargs.get('name', args[0] if args else '?')!r}")

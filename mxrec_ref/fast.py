@@ -125,12 +125,29 @@ class FastStore(Store):
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
-        positions, rows = self._core.resolve_rows(keys, mask)
+        core = self._core
+        positions, rows = core.resolve_rows(keys, mask)
+        # The kernels update in place: keep the rows to put back if the update overflows (OPT-3).
+        saved = self._backup_buffer(len(rows))
+        core.save_rows(rows, saved)
         self._update(rows, positions, grads, step)
+        bad = core.first_nonfinite(rows)
+        if bad >= 0:
+            core.restore_rows(rows, saved)
+            raise self._overflow_error(int(keys[positions[bad]]))
         self._counters["grad_applies"] += 1
         self._counters["grad_rows_applied"] += len(rows)
         self._counters["grad_rows_dropped"] += len(keys) - len(rows)
         return len(rows)
+
+    def _backup_buffer(self, n: int) -> np.ndarray:
+        """A reused [1 + slots, >= n, dim] buffer for _apply's copy of the rows
+        it updates (a fresh one per call costs page faults)."""
+        buffer = getattr(self, "_backup", None)
+        if buffer is None or buffer.shape[1] < n:
+            capacity = max(n, 2 * (0 if buffer is None else buffer.shape[1]), 1024)
+            buffer = self._backup = np.empty((1 + len(self._slot_index), capacity, self.config.dim), np.float32)
+        return buffer
 
     def _update(self, rows, positions, grads, step) -> None:
         """One optimizer step on ``rows``; scalars rounded to float32 exactly

@@ -13,6 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .config import reject_unknown_parameters
 from .errors import ConfigError
 
 
@@ -155,3 +156,7 @@ def optimizer_from_description(description: dict) -> SparseOptimizer:
     if kind not in OPTIMIZER_KINDS:
         raise ConfigError(f"optimizer: kind: unknown optimizer {kind!r} (known: {sorted(OPTIMIZER_KINDS)})")
     return OPTIMIZER_KINDS[kind](**description)
+
+
+for _optimizer in (SGD, Adagrad, LazyAdam, Ftrl):
+    reject_unknown_parameters(_optimizer, lambda args, kwargs, kind=_optimizer.kind: f"optimizer {kind!r}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from .errors import GradientError, KeyInputError, UsageError
 from .optimizers import SGD, SparseOptimizer
 
 PADDING_KEY = -1
+PAD_TO_MAX = 2**31 - 1        # send_count's range (CFG-8)
+PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, checked before any change (LKP-4)
 logger = logging.getLogger(__name__)   # events of a table's life (spec/observability.md, OBS-2)
 
 # The statistics every backend reports, in this order (spec/stats.md, STAT-1).
@@ -177,9 +180,9 @@ class Store(ABC):
         else:
             step = self._check_time("step", step, required=False)
             timestamp = self._check_time("timestamp", timestamp, required=False)
-        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            return self._lookup(flat, shape, train, step, timestamp, pad_to, counts)
+            return _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
 
     def apply_gradients(self, result, grad_rows, *, step: int) -> int:
         """Apply one gradient row per unique key with the store's optimizer.
@@ -196,14 +199,14 @@ class Store(ABC):
                                  f"table {result.table!r} or to another store")
             if not result.train:
                 raise UsageError(f"table {self.name!r}: result: an evaluation lookup has no gradient to apply")
-            keys = result.unique_keys
-            mask = result.admitted
+            keys, mask = self._check_result_arrays(result)
         else:
             keys, _ = self._check_keys(result, parameter="keys")
             mask = keys != PADDING_KEY
         grads = self._check_grads(grad_rows, len(keys))
         if not isinstance(result, LookupResult):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
+            self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
             return self._apply(keys, grads, mask, step)
 
@@ -263,13 +266,17 @@ class Store(ABC):
 
         ``incremental=True`` writes only what changed since this store's last
         save or load, pointing at that checkpoint (CKPT-9); without one it
-        writes a full checkpoint."""
+        writes a full checkpoint.  An incremental save into its base's chain
+        raises CheckpointError before writing anything."""
         from . import checkpoint  # local: checkpoint imports this module
 
+        incremental = self._check_bool("incremental", incremental)
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         with self._lock:
             state = self._export()
             if incremental and self._last_checkpoint is not None:
                 previous_dir, previous_state = self._last_checkpoint
+                checkpoint.check_delta_target(directory, previous_dir, self.name)
                 delta, removed = checkpoint.delta_between(previous_state, state)
                 path = checkpoint.write_table(directory, self.config, self.optimizer, delta,
                                               previous=previous_dir, removed=removed)
@@ -277,7 +284,7 @@ class Store(ABC):
                 path = checkpoint.write_table(directory, self.config, self.optimizer, state)
             logger.info("table %r: saved %d keys to %s (%s)", self.name, len(state.keys), path,
                         "incremental" if incremental and self._last_checkpoint is not None else "full")
-            self._last_checkpoint = (str(directory), state)
+            self._last_checkpoint = (directory, state)   # absolute: a later chdir changes nothing (CKPT-9)
             return path
 
     def load(self, directory) -> None:
@@ -285,11 +292,12 @@ class Store(ABC):
         before anything changes (CKPT-5)."""
         from . import checkpoint
 
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
             self._check_fits(state)
             self._import_state(state)
-            self._last_checkpoint = (str(directory), state)
+            self._last_checkpoint = (directory, state)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
 
     def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
@@ -432,6 +440,39 @@ class Store(ABC):
             raise KeyInputError(f"table {self.name!r}: counts: each must be in [1, 2**31-1]")
         return np.array(array.reshape(-1), dtype=np.int64)
 
+    def _check_pad_to(self, pad_to) -> int | None:
+        """LKP-4: pad_to in [1, 2**31-1] and its padded rows within PAD_FLOATS_MAX,
+        so a huge value fails here, alike in every backend, not in an allocation."""
+        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        if pad_to is not None and (pad_to > PAD_TO_MAX or pad_to * self.config.dim > PAD_FLOATS_MAX):
+            raise UsageError(f"table {self.name!r}: pad_to: must be in [1, 2**31-1] with pad_to x dim <= 2**30 "
+                             f"(4 GiB of padded rows), got {pad_to} x {self.config.dim}")
+        return pad_to
+
+    def _check_result_arrays(self, result: "LookupResult") -> tuple[np.ndarray, np.ndarray]:
+        """(unique_keys, admitted) of a LookupResult, checked once here for every backend (CON-9)."""
+        keys, admitted = result.unique_keys, result.admitted
+        if not (isinstance(keys, np.ndarray) and keys.dtype == np.int64 and keys.ndim == 1
+                and isinstance(admitted, np.ndarray) and admitted.dtype == np.bool_ and admitted.shape == keys.shape):
+            raise UsageError(f"table {self.name!r}: result: unique_keys must be int64 [u] and admitted bool [u], "
+                             f"got {getattr(keys, 'dtype', type(keys).__name__)} / "
+                             f"{getattr(admitted, 'dtype', type(admitted).__name__)}; pass the LookupResult "
+                             f"lookup returned")
+        return np.ascontiguousarray(keys), np.ascontiguousarray(admitted)
+
+    def _check_finite(self, grads: np.ndarray, keys: np.ndarray, problem: str) -> None:
+        """OPT-3 after duplicates are summed."""
+        finite = np.isfinite(grads).all(axis=1)
+        if not finite.all():
+            key = int(keys[np.flatnonzero(~finite)[0]])
+            raise GradientError(f"table {self.name!r}: grad_rows: key {key}: {problem} (nothing was applied)")
+
+    def _overflow_error(self, key: int) -> GradientError:
+        """OPT-3: the error of an update that would leave NaN or Inf in a row or slot; the backend
+        raises it before committing the update."""
+        return GradientError(f"table {self.name!r}: grad_rows: key {key}: the {self.optimizer.kind} update "
+                             f"overflows to NaN or Inf (nothing was applied)")
+
     def _check_grads(self, grad_rows, n: int) -> np.ndarray:
         array = _as_array(grad_rows)
         if array is None or array.dtype.kind not in "fiu":
@@ -464,6 +505,21 @@ def _as_array(value) -> np.ndarray | None:
     return array
 
 
+def _read_only(result: LookupResult) -> LookupResult:
+    """A result's arrays as read-only views: a caller cannot rewrite which keys
+    its gradients go to (CON-9)."""
+    views = {}
+    for name in ("unique_keys", "rows", "inverse", "admitted"):
+        array = base = getattr(result, name)
+        while isinstance(base, np.ndarray):    # fresh arrays of this lookup: no store memory is shared
+            base.flags.writeable = False
+            base = base.base
+        view = array.view()
+        view.flags.writeable = False
+        views[name] = view
+    return dataclasses.replace(result, **views)
+
+
 def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     """Merge repeated keys, summing their rows in order of occurrence (OPT-1)."""
     if keys.size == 0:
@@ -476,7 +532,8 @@ def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     rank[order] = np.arange(order.size)
     slot = rank[inverse]
     summed = np.zeros((order.size, grads.shape[1]), dtype=np.float32)
-    np.add.at(summed, slot, grads)                     # sequential in position order
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by _check_finite
+        np.add.at(summed, slot, grads)                 # sequential in position order
     return unique[order], summed, unique[order] != PADDING_KEY
 
 
@@ -522,6 +579,9 @@ def register_backend(name: str, factory: Callable[..., Store]) -> None:
     _BACKENDS[name] = factory
 
 
+TIER_OPTIONS = ("ssd_folder_limit_bytes", "ssd_fault_hook")
+
+
 def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *, backend: str = "ref",
                hot_rows: int | None = None, **tier_options) -> Store:
     """A new, empty store for ``config`` on the named backend ("ref" or "fast").
@@ -543,6 +603,10 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
     factory = _BACKENDS[backend]
     if hot_rows is not None:
         factory = functools.partial(factory, hot_rows=hot_rows)
+    unknown = sorted(set(tier_options) - set(TIER_OPTIONS))
+    if unknown:
+        raise UsageError(f"table {getattr(config, 'name', '?')!r}: {unknown[0]}: not an option of open_store "
+                         f"(options: hot_rows, {', '.join(TIER_OPTIONS)})")
     if isinstance(config, TableConfig) and config.host_vocabulary_size > 0:
         from .tiers import TieredStore, placement_for
 

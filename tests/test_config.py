@@ -1,15 +1,82 @@
 """Table and optimizer configuration (spec/config.md)."""
+import os
+import tempfile
+
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
-from mxrec_ref import (SGD, Adagrad, ConfigError, Ftrl, Initializer, LazyAdam, TableConfig)
+from mxrec_ref import (SGD, Adagrad, ConfigError, Ftrl, Initializer, LazyAdam, TableConfig, open_store)
 
 
 def test_cfg_1_name_rules():
     TableConfig("user_id.v2", dim=4)
+    TableConfig("a..b", dim=4)
     for bad in ("", "a" * 101, "has space", "x/y", 3):
         with pytest.raises(ConfigError, match="name"):
             TableConfig(bad, dim=4)
+
+
+@pytest.mark.parametrize("bad", [".", "..", ".hidden", ".t.writing-1", "abc\n", "abc\r", "a\0b", "a\\b", "/abs",
+                                 "t\u00e9", "\u2024", "a\tb", "\ufeffa"])
+def test_cfg_1_a_name_is_one_safe_path_component(bad):
+    """A name is the table's checkpoint folder: '.' and '..' would name the
+    checkpoint folder itself or its parent, a leading '.' the save's temporary
+    folders; '$' used to let a trailing newline through."""
+    with pytest.raises(ConfigError, match=r"name: must be 1\.\.100 characters .* not starting with '\.'"):
+        TableConfig(bad, dim=4)
+
+
+def test_cfg_1_create_table_refuses_unsafe_names():
+    tf = pytest.importorskip("tensorflow")
+    import mxrec_ref.tf as mx
+
+    with tf.Graph().as_default():
+        mx.init(backend="ref")
+        try:
+            for bad in (".", "..", "abc\n"):
+                with pytest.raises(ConfigError, match="name"):
+                    mx.create_table(tf.int64, 4, bad, tf.compat.v1.zeros_initializer(), device_vocabulary_size=4)
+        finally:
+            mx.terminate_config_initializer()
+
+
+names = st.one_of(  # arbitrary unicode with separators, dots and control characters; and mostly-valid names
+    st.text(alphabet=st.one_of(st.characters(), st.sampled_from("._/\\\0\n-aZ09")), min_size=0, max_size=120),
+    st.from_regex(r"[A-Za-z0-9_.]{1,110}\n?", fullmatch=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=names)
+def test_cfg_1_every_accepted_name_round_trips_beside_other_tables(backend, name):
+    """Any text: accepted names save and load in a folder shared with other
+    tables, which keep their own rows; rejected ones raise ConfigError naming
+    ``name`` (CFG-1)."""
+    try:
+        config = TableConfig(name, dim=2, device_vocabulary_size=4)
+    except ConfigError as error:
+        assert str(error).startswith(f"table {name!r}: name: ")
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        others = {}
+        for other in ("neighbour", "t"):
+            if other != name:
+                store = open_store(TableConfig(other, dim=2, device_vocabulary_size=4), backend=backend)
+                store.lookup(np.array([7, 8]), step=0)
+                store.save(folder)
+                others[other] = store.export()
+        store = open_store(config, backend=backend)
+        store.lookup(np.array([1, 2, 3]), step=1)
+        path = store.save(folder)
+        assert os.path.dirname(path) == folder and os.path.basename(path) == name
+        fresh = open_store(config, backend=backend)
+        fresh.load(folder)
+        assert fresh.export().differences(store.export()) == []
+        for other, state in others.items():
+            again = open_store(TableConfig(other, dim=2, device_vocabulary_size=4), backend=backend)
+            again.load(folder)
+            assert again.export().differences(state) == []
+        assert sorted(os.listdir(folder)) == sorted({name, *others})
 
 
 @pytest.mark.parametrize("dim", [0, -1, 8193, 2.5, True, "4"])
@@ -101,6 +168,22 @@ def test_cfg_8_send_count_is_save_and_serving_default():
         TableConfig("t", dim=2, serving_default_value=[1, 2, 3])
     with pytest.raises(ConfigError, match="serving_default_value"):
         TableConfig("t", dim=2, serving_default_value=float("nan"))
+    for text in ("x", ["a", "b"], object()):
+        with pytest.raises(ConfigError, match="table 't': serving_default_value: must be a finite number"):
+            TableConfig("t", dim=2, serving_default_value=text)
+
+
+def test_cfg_11_unknown_parameters_raise_config_error_naming_them():
+    with pytest.raises(ConfigError, match=r"table 't': dimension: not a parameter of TableConfig"):
+        TableConfig("t", dimension=4)
+    with pytest.raises(ConfigError, match=r"table 't': 20 positional arguments: not a parameter of TableConfig"):
+        TableConfig("t", 4, *range(18))
+    assert TableConfig(name="t", dim=4).dim == 4
+    with pytest.raises(ConfigError, match=r"optimizer 'Adagrad': learningrate: not a parameter of Adagrad"):
+        Adagrad(learningrate=0.1)
+    with pytest.raises(ConfigError, match=r"optimizer 'ftrl': beta: not a parameter of Ftrl"):
+        Ftrl(beta=0.1)
+    assert LazyAdam(0.01).learning_rate == 0.01
 
 
 @pytest.mark.parametrize("factory,parameter", [

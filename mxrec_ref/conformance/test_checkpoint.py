@@ -174,3 +174,188 @@ def test_ckpt_9_delta_holds_only_changed_keys(backend, tmp_path):
     fresh = make_store(backend, device_vocabulary_size=64)
     fresh.load(tmp_path / "delta")
     assert fresh.export().differences(store.export()) == []
+
+
+def test_ckpt_9_an_incremental_save_into_its_own_chain_is_refused(backend, tmp_path):
+    """Saving a delta over its base (or over any checkpoint its chain builds
+    on) would destroy the base and point at itself: refused before writing."""
+    store = _trained(backend)
+    base_state = store.export()
+    store.save(tmp_path / "base")
+    store.lookup(keys(5, 6), step=7)
+    for folder in ("base", "base/.", "base/../base"):
+        with pytest.raises(CheckpointError, match="directory: an incremental save into .* would overwrite"):
+            store.save(tmp_path / folder, incremental=True)
+    fresh = _trained(backend)
+    fresh.load(tmp_path / "base")
+    assert fresh.export().differences(base_state) == []
+    store.save(tmp_path / "delta", incremental=True)        # base <- delta
+    store.lookup(keys(8), step=8)
+    with pytest.raises(CheckpointError, match="would overwrite"):
+        store.save(tmp_path / "base", incremental=True)     # delta2 over base would make a cycle
+    store.save(tmp_path / "delta2", incremental=True)
+    fresh.load(tmp_path / "delta2")
+    assert fresh.export().differences(store.export()) == []
+
+
+def test_ckpt_9_a_delta_chain_that_loops_raises_checkpoint_error(backend, tmp_path):
+    from mxrec_ref import checkpoint
+
+    store = _trained(backend)
+    store.save(tmp_path / "a")
+    store.lookup(keys(9), step=9)
+    store.save(tmp_path / "b", incremental=True)            # b builds on a
+    checkpoint.write_table(tmp_path / "a", store.config, store.optimizer, store.export(),
+                           previous=tmp_path / "b")         # a forged delta on b: a -> b -> a
+    fresh = _trained(backend)
+    before = snapshot(fresh)
+    with pytest.raises(CheckpointError, match="delta chain loops back"):
+        fresh.load(tmp_path / "b")
+    assert_unchanged(fresh, before)
+
+
+def test_ckpt_9_previous_is_kept_across_a_change_of_directory(backend, tmp_path, monkeypatch):
+    """A relative checkpoint folder, then chdir, then the delta: ``previous``
+    still names the base (resolved when each folder was used)."""
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    store = _trained(backend)
+    store.save("base")
+    store.lookup(keys(11, 12), step=9)
+    monkeypatch.chdir(tmp_path / "sub")
+    path = store.save("delta", incremental=True)
+    assert json.loads(open(f"{path}/meta.json").read())["previous"] == "../../base"
+    monkeypatch.chdir("/")
+    fresh = _trained(backend)
+    fresh.load(tmp_path / "sub" / "delta")
+    assert fresh.export().differences(store.export()) == []
+
+
+def test_ckpt_4_checkpoints_of_the_first_format_still_load(backend):
+    """A checkpoint written by the version before the exchange protocol
+    (tests/data/ckpt-format-1, see its README) loads unchanged."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "tests" / "data" / "ckpt-format-1"
+    if not folder.is_dir():
+        pytest.skip("the repository's tests/data is not installed with the package")
+    expected = _trained(backend)
+    fresh = _trained(backend)
+    fresh.load(folder)
+    assert fresh.export().differences(expected.export()) == []
+
+
+def _bare_save_errors(store, tmp_path):
+    """(call, error pattern) pairs of saves into folders that cannot be written."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    return [
+        (lambda: store.save(None), r"directory: must be a folder path.*None"),
+        (lambda: store.save(b"bytes"), r"directory: must be a folder path"),
+        (lambda: store.save(str(tmp_path / "nul\0byte")), r"directory: must be a non-empty path without NUL"),
+        (lambda: store.save(a_file), r"directory: cannot write checkpoint .*a-file"),          # FileExistsError
+        (lambda: store.save(a_file / "below"), r"directory: cannot write checkpoint .*below"),  # ENOTDIR
+        (lambda: store.save(tmp_path / ("x" * 300)), r"directory: cannot write checkpoint .*xxx"),  # ENAMETOOLONG
+        (lambda: store.load(None), r"directory: must be a folder path"),
+        (lambda: store.load(tmp_path / ("x" * 300)), r"directory: cannot open .*File name too long"),
+    ]
+
+
+def test_ckpt_10_io_errors_are_checkpoint_errors_naming_table_and_path(backend, tmp_path):
+    store = _trained(backend)
+    before = snapshot(store)
+    for call, pattern in _bare_save_errors(store, tmp_path):
+        with pytest.raises(CheckpointError, match=r"table 't': " + pattern):
+            call()
+    assert_unchanged(store, before)
+
+
+def test_ckpt_10_a_failed_save_leaves_the_old_table_and_no_temporary_folder(backend, tmp_path, monkeypatch):
+    """A full disk (ENOSPC) in the middle of a save: CheckpointError with the
+    OSError as its cause; the table folder holds the old version; nothing else."""
+    import errno
+    from mxrec_ref import checkpoint
+
+    store = _trained(backend)
+    store.save(tmp_path)
+    saved = store.export()
+    store.lookup(keys(21, 22), step=9)
+
+    def disk_full(step):
+        if step == "fsync embedding/slice.data":
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "t"))
+
+    monkeypatch.setattr(checkpoint, "fault_hook", disk_full)
+    with pytest.raises(CheckpointError, match=r"table 't': directory: cannot write checkpoint .*No space left") as info:
+        store.save(tmp_path)
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
+    fresh = _trained(backend)
+    fresh.load(tmp_path)
+    assert fresh.export().differences(saved) == []
+
+
+def _dead_pid() -> str:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_ckpt_10_a_save_removes_temporary_folders_of_dead_processes(backend, tmp_path):
+    import os
+
+    store = _trained(backend)
+    store.save(tmp_path)
+    dead = _dead_pid()
+    alive = str(os.getppid())
+    names = [f".t.writing-{dead}", f".t.old-{dead}", f".t.writing-{dead}-3", f".t.writing-{alive}-0",
+             ".other.writing-1"]
+    for name in names:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "slice.data").write_bytes(b"x" * 100)
+    store.save(tmp_path)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["t", f".t.writing-{alive}-0", ".other.writing-1"])
+
+
+def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path, monkeypatch):
+    """Deterministically: while a load reads the table, another save replaces
+    (and deletes) the version it opened; the load reads the new version whole."""
+    from mxrec_ref import checkpoint
+
+    old, new = _trained(backend), _trained(backend)
+    new.lookup(keys(30, 31), step=9)
+    old.save(tmp_path)
+    read_at, interfered = checkpoint._read_at, []
+
+    def read_and_interfere(fd, name):
+        if name == "embedding/slice.data" and not interfered:
+            interfered.append(name)
+            new.save(tmp_path)                    # exchanges the folders, then deletes the old version
+        return read_at(fd, name)
+
+    monkeypatch.setattr(checkpoint, "_read_at", read_and_interfere)
+    fresh = _trained(backend)
+    fresh.load(tmp_path)
+    assert interfered and fresh.export().differences(new.export()) == []
+
+
+def test_ckpt_8_a_switch_killed_between_two_renames_still_loads(backend, tmp_path):
+    """The state the two-rename protocol (and earlier versions) leave when
+    killed between the renames: no table folder, the old version aside and the
+    new one under its temporary name. load recovers the old one; the next
+    save puts a table back."""
+    store = _trained(backend)
+    store.save(tmp_path)
+    dead = _dead_pid()
+    (tmp_path / "t").rename(tmp_path / f".t.old-{dead}")
+    (tmp_path / f".t.writing-{dead}").mkdir()
+    fresh = _trained(backend)
+    fresh.load(tmp_path)
+    assert fresh.export().differences(store.export()) == []
+    store.lookup(keys(40), step=9)
+    store.save(tmp_path)
+    store.save(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]

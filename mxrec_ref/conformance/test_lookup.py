@@ -173,3 +173,53 @@ def test_lkp_6_counts_weight_accesses(backend):
         store.lookup(keys(1, 2), counts=[1], step=0)
     with pytest.raises(KeyInputError, match="counts"):
         store.lookup(keys(1, 2), counts=[1, 0], step=0)
+
+
+@pytest.mark.parametrize("pad_to", [2**31, 2**40, 2**62, 2**28 + 1])
+def test_lkp_4_a_pad_to_too_large_to_allocate_fails_first_alike(backend, pad_to):
+    """pad_to is bounded (<= 2**31-1, pad_to x dim <= 2**30 floats) and checked
+    before anything changes, with one message for every backend."""
+    store = make_store(backend, device_vocabulary_size=4, dynamic_expansion=True)
+    store.lookup(keys(1), step=0)
+    before = snapshot(store)
+    with pytest.raises(UsageError, match=rf"table 't': pad_to: must be in \[1, 2\*\*31-1\] .*got {pad_to} x 4") as info:
+        store.lookup(keys(1, 2, 3, 4, 5), step=1, pad_to=pad_to)
+    assert_unchanged(store, before)
+    reference = make_store("ref", device_vocabulary_size=4, dynamic_expansion=True)
+    with pytest.raises(UsageError) as ref_info:
+        reference.lookup(keys(1, 2, 3, 4, 5), step=1, pad_to=pad_to)
+    assert str(info.value) == str(ref_info.value)
+    assert store.lookup(keys(1), step=1, pad_to=8).unique_keys.shape == (8,)
+
+
+def test_con_9_lookup_results_are_read_only(backend):
+    """A caller cannot point a result's gradients at keys it never looked up."""
+    store = make_store(backend, device_vocabulary_size=8)
+    result = store.lookup(keys(1, 2, 1), step=0)
+    for name in ("unique_keys", "rows", "inverse", "admitted"):
+        array = getattr(result, name)
+        with pytest.raises(ValueError, match="read-only"):
+            array[...] = 0
+        with pytest.raises(ValueError):
+            array.flags.writeable = True
+    assert store.apply_gradients(result, np.ones((2, 4)), step=0) == 2
+    assert store.export().keys.tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("field,value", [("unique_keys", np.array([1.0, 2.0])),
+                                         ("unique_keys", [1, 2]),
+                                         ("admitted", np.array([1, 1]))])
+def test_con_9_a_forged_result_is_rejected_alike(backend, field, value):
+    import dataclasses
+
+    messages = []
+    for name in {backend, "ref"}:
+        store = make_store(name, device_vocabulary_size=8)
+        result = store.lookup(keys(1, 2), step=0)
+        before = snapshot(store)
+        forged = dataclasses.replace(result, **{field: value})
+        with pytest.raises(UsageError, match=r"table 't': result: unique_keys must be int64") as info:
+            store.apply_gradients(forged, np.ones((2, 4)), step=0)
+        assert_unchanged(store, before)
+        messages.append(str(info.value))
+    assert len(set(messages)) == 1

@@ -133,3 +133,64 @@ def test_opt_7_float32_bit_exact_against_reference_formula(backend):
     acc = F32(0.7) + g * g
     w = F32(0.5) - (F32(0.3) * g) / np.sqrt(acc)
     assert store.export().values.view(np.uint32).tolist() == w.view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("optimizer", [SGD(learning_rate=1.0), Adagrad(learning_rate=0.1), LazyAdam(), Ftrl()])
+def test_opt_3_duplicate_rows_whose_sum_overflows_are_rejected(backend, optimizer):
+    """Each row is finite, their sum for one key is not: checked after the merge."""
+    store = _constant_store(backend, optimizer)
+    store.lookup(keys(1, 2), step=0)
+    before = snapshot(store)
+    grads = np.array([[3e38, 0, 0], [1, 1, 1], [3e38, 0, 0]], dtype=np.float32)
+    with pytest.raises(GradientError, match=r"table 't': grad_rows: key 1: the sum of its duplicate rows overflows"):
+        store.apply_gradients(keys(1, 2, 1), grads, step=0)
+    assert_unchanged(store, before)
+    assert np.isfinite(store.export().values).all()
+
+
+@pytest.mark.parametrize("optimizer", [SGD(learning_rate=10.0), Adagrad(learning_rate=0.1),
+                                       LazyAdam(learning_rate=0.1), Ftrl(learning_rate=0.1)])
+def test_opt_3_an_update_that_overflows_is_rejected_and_changes_nothing(backend, optimizer):
+    """Finite gradients whose update leaves Inf or NaN (lr * g, g * g): the
+    update is checked before it is kept; hot rows are restored too."""
+    store = _constant_store(backend, optimizer)
+    result = store.lookup(keys(1, 2, 3), step=0)
+    before = snapshot(store)
+    grads = np.ones((3, 3), dtype=np.float32)
+    grads[1] = -3e38                        # key 2: w - lr*g overflows (SGD), g*g overflows (the others)
+    grads[2] = 3e38
+    with pytest.raises(GradientError, match=rf"table 't': grad_rows: key 2: the {optimizer.kind} update overflows"):
+        store.apply_gradients(result, grads, step=0)
+    assert_unchanged(store, before)
+    assert store.apply_gradients(result, np.ones((3, 3)), step=0) == 3
+
+
+def test_opt_3_overflow_errors_agree_between_backends():
+    from mxrec_ref import available_backends
+
+    if "fast" not in available_backends():
+        pytest.skip("the fast path is not built")
+    errors = []
+    for backend in ("ref", "fast"):
+        store = _constant_store(backend, Adagrad(learning_rate=0.1))
+        result = store.lookup(keys(4, 5, 6), step=0)
+        grads = np.ones((3, 3), dtype=np.float32)
+        grads[2, 1] = 2e19
+        with pytest.raises(GradientError) as info:
+            store.apply_gradients(result, grads, step=0)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "key 6" in errors[0]
+
+
+def test_opt_3_a_rejected_update_leaves_hot_rows_as_they_were(backend, monkeypatch):
+    from mxrec_ref import open_store
+
+    monkeypatch.setenv("HOT_EMB_UPDATE_STEP", "1")          # refresh the hot set after every training lookup
+    store = open_store(_constant_store(backend, SGD(learning_rate=10.0)).config, SGD(learning_rate=10.0),
+                       backend=backend, hot_rows=4)
+    result = store.lookup(keys(1, 2), step=0)
+    assert store.stats()["hot_rows"] == 2
+    rows = store.lookup(keys(1, 2), train=False).rows.copy()
+    with pytest.raises(GradientError, match="overflows"):
+        store.apply_gradients(result, np.array([[1, 1, 1], [-3e38, 0, 0]], dtype=np.float32), step=0)
+    assert np.array_equal(store.lookup(keys(1, 2), train=False).rows, rows)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mxrec_ref import (Adagrad, CapacityError, ConfigError, DiskCorruptionError, DiskFullError, MxrecError,
-                       TableConfig, open_store)
+                       TableConfig, UsageError, open_store)
 
 from .helpers import assert_unchanged, keys, snapshot
 
@@ -112,10 +112,10 @@ def test_tier_6_a_corrupt_record_is_reported_with_its_path(backend, tmp_path):
     data = bytearray(path.read_bytes())
     data[40] ^= 0xFF                               # inside the first record
     path.write_bytes(bytes(data))
-    before = snapshot_without_disk_reads(store)
+    before = tier_snapshot(store)
     with pytest.raises(DiskCorruptionError, match=str(path)):
         store.lookup(keys(on_disk[0]), step=3)
-    assert snapshot_without_disk_reads(store) == before
+    assert tier_snapshot(store) == before
 
 
 def test_tier_6_a_truncated_file_is_reported_with_its_path(backend, tmp_path):
@@ -128,9 +128,25 @@ def test_tier_6_a_truncated_file_is_reported_with_its_path(backend, tmp_path):
         store.export()
 
 
-def snapshot_without_disk_reads(store):
-    stats = store.stats()
-    return store.tier_of(np.arange(10)).tolist(), {k: v for k, v in stats.items() if not k.startswith("disk_")}
+def tier_snapshot(store):
+    return store.tier_of(np.arange(10)).tolist(), store.stats()
+
+
+def test_stat_2_a_read_failing_on_a_corrupt_record_counts_no_disk_reads(backend, tmp_path):
+    """The good records a failed call read first are not counted either (CON-4)."""
+    store = ssd(backend, tmp_path, device=2, host=1, options={"ssd_folder_limit_bytes": 10**6})
+    for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6), keys(7, 8)]):
+        store.lookup(batch, step=step)
+    on_disk = [k for k in range(1, 9) if store.tier_of(keys(k))[0] == "disk"]
+    assert len(on_disk) >= 2
+    path = next(Path(tmp_path).glob("t.*.ssd"))
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF                               # inside the last record: the others read fine first
+    path.write_bytes(bytes(data))
+    before = store.stats()
+    with pytest.raises(DiskCorruptionError):
+        store.lookup(np.array(on_disk), train=False)
+    assert store.stats() == before
 
 
 def test_tier_7_a_full_disk_raises_cleanly_and_loses_nothing(backend, tmp_path):
@@ -199,6 +215,22 @@ def test_tier_9_files_must_not_preexist_and_go_with_the_store(backend, tmp_path)
     gc.collect()
     assert not list(tmp_path.glob("t.*.ssd"))
     ssd(backend, tmp_path)                          # the folder is free again
+
+
+@pytest.mark.parametrize("folder", ["/proc/mxrec-ssd", "read-only"])
+def test_tier_9_an_unusable_ssd_folder_is_a_config_error_at_open(backend, tmp_path, folder):
+    if folder == "read-only":
+        if os.geteuid() == 0:
+            pytest.skip("root writes into read-only folders")
+        folder = tmp_path / "ro"
+        folder.mkdir(mode=0o500)
+    with pytest.raises(ConfigError, match=rf"table 't': ssd_data_path: cannot use folder '{folder}'"):
+        ssd(backend, folder)
+
+
+def test_tier_9_unknown_store_options_name_themselves(backend, tmp_path):
+    with pytest.raises(UsageError, match="table 't': ssd_folder_limit: not an option of open_store"):
+        ssd(backend, tmp_path, options={"ssd_folder_limit": 10})
 
 
 def test_tier_10_statistics_add_up(backend, tmp_path):

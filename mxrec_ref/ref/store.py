@@ -169,7 +169,13 @@ class RefStore(Store):
         rows = np.array(rows, dtype=np.int64)
         weights = self._values[rows]
         slots = {name: array[rows] for name, array in self._slots.items()}
-        apply_update(self.optimizer, weights, slots, grads[positions], step)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # checked next
+            apply_update(self.optimizer, weights, slots, grads[positions], step)
+        finite = np.isfinite(weights).all(axis=1)
+        for array in slots.values():
+            finite &= np.isfinite(array).all(axis=1)
+        if not finite.all():                     # OPT-3: nothing written yet
+            raise self._overflow_error(int(keys[positions[int(np.argmin(finite))]]))
         self._values[rows] = weights
         for name, array in slots.items():
             self._slots[name][rows] = array

@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.training import saver as tf_saver
 
+from ..checkpoint import fault_point
 from .config_initializer import ConfigInitializer
 
 _ORIGINAL = {}
@@ -33,6 +34,7 @@ def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
     for table in ConfigInitializer.get_instance().tables.values():
         if table.is_save:
             table.store.save(target, incremental=incremental)
+            fault_point(f"saver: table {table.table_name!r} written")
     return target
 
 
@@ -90,6 +92,7 @@ def _save(self, sess, save_path, global_step=None, *args, save_delta=False, is_i
         save_tables(_checkpoint_path(sess, save_path, global_step),
                     incremental=bool(save_delta or is_incremental_checkpoint))
     path = _ORIGINAL["save"](self, sess, save_path, global_step, *args, **kwargs)
+    fault_point("saver: dense checkpoint written")
     if path and config_initializer.is_initialized():
         _prune(path)
     return path

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import check_table_name
 from ..errors import ConfigError, DiskCorruptionError, DiskFullError, MxrecError
 
 FILE_BYTES = 64 << 20  # a file is closed and the next begun at this size
@@ -55,7 +56,6 @@ HEADER_BYTES = 32
 # Records of one file closer than this are fetched by one pread, gap and all:
 # fewer system calls for a few wasted bytes.
 SPAN_GAP_BYTES = 64 << 10
-_TABLE_NAME = re.compile(r"^[A-Za-z0-9_.]+$")
 _COUNTERS = ("disk_reads", "disk_writes", "disk_bytes_read", "disk_bytes_written", "compactions")
 logger = logging.getLogger(__name__)
 
@@ -118,8 +118,7 @@ def _is_int(value) -> bool:
 
 def _check_config(table, folders, dim, n_slots, folder_limit_bytes, compact_ratio, fault_hook, file_bytes):
     """Every parameter, before anything touches the disk; returns the folders as a tuple of str."""
-    if not isinstance(table, str) or not _TABLE_NAME.match(table):
-        raise _config_error(table, "name", "must be letters, digits, '_' and '.'")
+    check_table_name(table)
     if isinstance(folders, (str, os.PathLike)):
         folders = (folders,)
     folders = tuple(os.fspath(folder) for folder in folders)
@@ -278,7 +277,13 @@ class DiskTier:
                                 file_bytes)
         _check_no_files(table, folders)
         for folder in folders:
-            os.makedirs(folder, exist_ok=True)
+            try:
+                os.makedirs(folder, exist_ok=True)
+                if not os.access(folder, os.W_OK | os.X_OK):
+                    raise PermissionError(errno.EACCES, "not writable", folder)
+            except OSError as error:
+                raise _config_error(table, "ssd_data_path", f"cannot use folder {folder!r}: "
+                                                            f"{error.strerror or error}") from error
         self.table, self.folders, self.dim, self.n_slots = table, folders, int(dim), int(n_slots)
         self.folder_limit_bytes, self.compact_ratio = folder_limit_bytes, float(compact_ratio)
         self._fault_hook = fault_hook
@@ -341,10 +346,13 @@ class DiskTier:
         entries = self._locate(unique)
         # Records as bytes (numpy moves structured arrays field by field, far slower), in read order; ``where``: each unique key's record there.
         parts, where, done = [np.empty((0, self._record_bytes), dtype=np.uint8)], np.empty(len(unique), np.intp), 0
+        read = {"disk_reads": 0, "disk_bytes_read": 0}
         for file, rows in self._by_file(entries):
-            parts.append(self._read_file(file, entries[rows, 1], unique[rows]).view(np.uint8).reshape(len(rows), -1))
+            parts.append(self._read_file(file, entries[rows, 1], unique[rows], read).view(np.uint8)
+                         .reshape(len(rows), -1))
             where[rows] = np.arange(done, done + len(rows))
             done += len(rows)
+        self._count_reads(read)   # a read that raised counts nothing (STAT-2, CON-4)
         raw = parts[-1] if len(parts) == 2 else np.concatenate(parts)
         return self._unpack(raw, where[inverse.ravel()])
 
@@ -467,26 +475,38 @@ class DiskTier:
             self._fds[file.fid] = os.open(file.path, os.O_RDWR)
         return self._fds[file.fid]
 
-    def _read_file(self, file: _File, offsets: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        """The checked records at ``offsets`` (sorted) of one file, expected to hold ``keys``."""
+    def _read_file(self, file: _File, offsets: np.ndarray, keys: np.ndarray, read: dict | None = None) -> np.ndarray:
+        """The checked records at ``offsets`` (sorted) of one file, expected to
+        hold ``keys``.  What was read is added to ``read`` (the caller counts
+        it once the whole call succeeded) or, without it, to the statistics --
+        in both cases only once the records checked out (CON-4)."""
         size = self._record_bytes
-        parts = []
+        parts, n_bytes = [], 0
         for span in np.split(offsets, np.flatnonzero(np.diff(offsets) - size > SPAN_GAP_BYTES) + 1):
             start, stop = int(span[0]), int(span[-1]) + size
             try:
                 data = os.pread(self._fd(file), stop - start, start)
             except OSError as error:
                 raise self._corrupt(file, start, f"cannot be read ({error})") from error
-            self._counters["disk_bytes_read"] += len(data)
+            n_bytes += len(data)
             if len(data) < stop - start:
                 cut = int(span[np.searchsorted(span + size, start + len(data), side="right")])
                 raise self._corrupt(file, cut, f"is cut short: the file ends at byte {start + len(data)}")
             rows = np.frombuffer(data, np.uint8).reshape(-1, size)  # as bytes: whole records move at once
             parts.append(rows if len(rows) == len(span) else rows[(span - start) // size])
         records = (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(self._dtype).reshape(-1)
-        self._counters["disk_reads"] += len(records)
         self._check(file, offsets, keys, records)
+        done = {"disk_reads": len(records), "disk_bytes_read": n_bytes}
+        if read is None:
+            self._count_reads(done)
+        else:
+            for name, value in done.items():
+                read[name] += value
         return records
+
+    def _count_reads(self, read: dict) -> None:
+        for name, value in read.items():
+            self._counters[name] += value
 
     def _check(self, file: _File, offsets, keys, records) -> None:
         crc_bad = _crc32s(records) != records["crc"]
