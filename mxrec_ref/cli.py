@@ -76,6 +76,10 @@ def run_script(script: str, script_args: list[str]) -> int:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except Exception as error:  # noqa: BLE001 - the script's error: one line for a store error, and a prompt exit
+        from .tf import fatal
+
+        return fatal.report(error)
     return 0
 
 

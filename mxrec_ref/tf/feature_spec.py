@@ -120,7 +120,8 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
             stamp = batch[timestamps[0].index_key]
             if stamp.shape.rank not in (0, None):
                 raise ValueError(f"FeatureSpec {timestamps[0].name!r}: is_timestamp: the timestamp must be a "
-                                 f"scalar (rank 0), got shape {stamp.shape}")
+                                 f"scalar (rank 0), got shape {stamp.shape}; build it with "
+                                 f"import_host_pipeline_ops().return_timestamp(...) or reduce it (e.g. tf.reduce_max)")
             batch[TIMESTAMP_KEY] = tf.cast(stamp, tf.int64)
         return batch
 
@@ -133,6 +134,9 @@ def start_asc_pipeline() -> None:
     instance = ConfigInitializer.get_instance()
     if not instance.tables:
         raise RuntimeError("start_asc_pipeline: no table has been created")
+    from .config_initializer import log_ignored_environment
+
+    log_ignored_environment()
     for table in instance.tables.values():
         table.store  # noqa: B018 - creates the store with the final config and optimizer
     instance.frozen = True

@@ -137,15 +137,11 @@ def _check_gradients_built(graph, record) -> None:
 
 def _find_get_next(record):
     """Breadth-first up the inputs of the ids to the IteratorGetNext feeding them."""
-    seen, frontier = set(), [record.ids.op]
-    while frontier:
-        op = frontier.pop(0)
-        if op.type == "IteratorGetNext":
-            return op
-        for tensor in op.inputs:
-            if tensor.op.name not in seen:
-                seen.add(tensor.op.name)
-                frontier.append(tensor.op)
+    from .lookup import iterator_output_of
+
+    op = iterator_output_of(record.ids)
+    if op is not None:
+        return op
     raise ValueError(f"table {record.table.table_name!r}: ids: graph modification needs ids that come from a tf.data "
                      f"iterator (no IteratorGetNext above {record.ids.name})")
 
@@ -202,6 +198,7 @@ def _rewrite(graph, get_next, records, instance) -> None:
         tf.compat.v1.add_to_collection(ASCEND_CUTTING_POINT_INITIALIZER, initializer)
     for is_train in {r.is_train for r in records}:
         instance.train_params_config.set_initializer(is_train, initializer)
+        instance.train_params_config.set_target_batch(is_train, element)
 
 
 def _ids_subgraph(get_next, ids_tensors):
@@ -246,7 +243,7 @@ def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dic
     has_timestamp = step.has_timestamp
 
     def run(ids, sizes, step_value, stamp_value):
-        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, None)
+        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, step.pad_to)
         group.current = (result, np.concatenate([[0], np.cumsum(sizes)]))
         return np.int64(len(result.unique_keys))
 

@@ -43,6 +43,7 @@ def restore_tables(checkpoint_path: str) -> None:
         raise FileNotFoundError(f"restore: no sparse checkpoint {source!r} next to {checkpoint_path!r}")
     for table in tables:
         table.store.load(source)
+        table.continue_clock()
 
 
 def _prune(checkpoint_path: str) -> None:

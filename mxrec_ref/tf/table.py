@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ..config import Initializer, TableConfig
 from ..store import open_store
-from .config_initializer import ConfigInitializer
+from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION, MULTI_LOOKUP_TIMES
 
 
@@ -94,6 +94,16 @@ class SparseTable:
                                              backend=instance.backend)
         return self._store
 
+    def continue_clock(self) -> None:
+        """After a restore, training lookups in a graph without a global step go on
+        from the checkpoint's step clock, not from 0 (TF-5): so LazyAdam's bias
+        correction and the eviction clock continue where ``train`` left off."""
+        loaded = self.store._last_checkpoint          # (folder, TableState) of the load just done
+        state = loaded[1] if loaded else None
+        if state is not None and state.clock_source == "step" and state.clock is not None:
+            self.train_lookups_run = state.clock + 1
+            self.last_train_step = state.clock
+
     def size(self) -> int:
         return 0 if self._store is None else self._store.size()
 
@@ -106,7 +116,9 @@ class SparseTable:
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1, host_vocabulary_size=0,
                  ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),), is_save=True, is_dp=False, init_param=1.0,
-                 all2all_gradients_op="sum_gradients", value_dtype=tf.float32, shard_num=1, **kwargs) -> SparseTable:
+                 all2all_gradients_op="sum_gradients", enable_merge=False, padding_keys=None, padding_keys_mask=False,
+                 padding_keys_len=None, value_dtype=tf.float32, shard_num=1, fusion_optimizer_var=True,
+                 hashtable_threshold=0, **kwargs) -> SparseTable:
     """mxRec's ``create_table``; argument names, defaults and ranges as reference 1.3."""
     instance = ConfigInitializer.get_instance()
     if instance.frozen:
@@ -131,6 +143,24 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     if isinstance(shard_num, bool) or not isinstance(shard_num, int) or not 1 <= shard_num <= 8192:
         raise ValueError(f"table {name!r}: shard_num: must be an integer in [1, 8192], got {shard_num!r}")
     initializer = initializer_from_tf(emb_initializer, name)
+    if is_dp:
+        log_once("create_table:is_dp", f"table {name!r}: is_dp=True is accepted and changes nothing: in one process "
+                 f"every table is whole on rank 0 and has no all2all, which is what a data-parallel table is")
+    for parameter, value, default in (("enable_merge", enable_merge, False), ("padding_keys", padding_keys, None),
+                                      ("padding_keys_mask", padding_keys_mask, False),
+                                      ("padding_keys_len", padding_keys_len, None)):
+        if value != default:
+            raise ValueError(f"table {name!r}: {parameter}: not supported by mxrec-ref (table merging and padding-key "
+                             f"masks are not implemented); leave it at its default {default!r}")
+    if "optimizer_list" in kwargs:
+        log_once("create_table:optimizer_list", f"table {name!r}: optimizer_list (mxRec G1/G2) is accepted and "
+                 f"ignored: the one global sparse optimizer trains every table, as in current mxRec")
+    unknown = sorted(set(kwargs) - {"optimizer_list"})
+    if unknown:
+        raise TypeError(f"table {name!r}: create_table: unknown arguments {unknown}")
+    if not fusion_optimizer_var or hashtable_threshold:
+        log_once("create_table:fusion", f"table {name!r}: fusion_optimizer_var / hashtable_threshold are accepted "
+                 f"and ignored: NPU memory-layout options; the store keeps slots beside each row")
     if instance.use_dynamic_expansion:
         host_vocabulary_size = ssd_vocabulary_size = 0   # mxRec resets them in this mode (reference 1.3)
     table = SparseTable(name=name, dim=dim, key_dtype=key_dtype, initializer=initializer,

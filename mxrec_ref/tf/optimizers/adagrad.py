@@ -7,4 +7,4 @@ def create_hash_optimizer(learning_rate=0.001, initial_accumulator_value=0.9, us
                          name)
 
 
-create_hash_optimizer_by_address = create_hash_optimizer
+from .adagrad_by_addr import create_hash_optimizer_by_address  # noqa: E402,F401  (older import path)

@@ -7,4 +7,4 @@ def create_hash_optimizer(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1
     return HashOptimizer(LazyAdam(learning_rate=learning_rate, beta1=beta1, beta2=beta2, epsilon=epsilon), name)
 
 
-create_hash_optimizer_by_address = create_hash_optimizer
+from .lazy_adam_by_addr import create_hash_optimizer_by_address  # noqa: E402,F401  (older import path)

@@ -15,8 +15,12 @@ def clear_channel(channel_id=0):
 
 
 def return_timestamp(timestamp):
-    """mxRec's op passes the batch timestamp through; so does this."""
-    return tf.identity(timestamp)
+    """mxRec's ReturnTimestamp op: ignores its input and returns a scalar, the
+    current time in whole seconds, taken when the input pipeline produces the
+    batch (the control dependency ties it to the batch); a data timestamp made
+    by the pipeline, not a clock read inside the store (spec/tf.md, TF-12)."""
+    with tf.control_dependencies([tf.convert_to_tensor(timestamp)]):
+        return tf.cast(tf.math.floor(tf.timestamp()), tf.int64)
 
 
 def import_host_pipeline_ops(so_name=None):
