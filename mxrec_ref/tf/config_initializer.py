@@ -52,7 +52,12 @@ NPU_ONLY_KWARGS = {
     "save_delta_checkpoints_secs": "incremental checkpoint timer: save(save_delta=True) writes deltas when called",
     "recent_key_count_threshold": "low-frequency filter of delta saves: deltas hold every touched key",
     "use_shm_swap": "shared-memory DDR swap: the host tier lives in this process",
+    "if_load": "the host manager's load at start: tables load in Saver.restore (TF-6), so restore explicitly",
+    "restore_model_version": "the host manager's load at start: Saver.restore loads the checkpoint it is given",
+    "is_incremental_checkpoint": "pass save(..., save_delta=True) to write a delta checkpoint (CKPT-9)",
 }
+_NPU_DEFAULTS = {"bind_cpu": True, "if_load": False, "is_incremental_checkpoint": False,
+                 "restore_model_version": None, "use_lccl": False, "use_hot": True}
 
 
 class TrainParamsConfig:
@@ -87,7 +92,7 @@ class ConfigInitializer:
         unknown = sorted(set(kwargs) - _KNOWN_KWARGS)
         if unknown:
             warnings.warn(f"mxrec_ref.init: ignoring unknown arguments {unknown}", stacklevel=3)
-        for name in sorted(set(kwargs) & set(NPU_ONLY_KWARGS)):
+        for name in sorted(n for n in set(kwargs) & set(NPU_ONLY_KWARGS) if kwargs[n] != _NPU_DEFAULTS.get(n, ...)):
             log_once(f"init:{name}", f"init: {name} is accepted and ignored: {NPU_ONLY_KWARGS[name]}")
         for name in _STEP_KWARGS:
             value = kwargs.get(name, -1)

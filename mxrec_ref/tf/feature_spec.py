@@ -100,6 +100,11 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
     timestamps = [s for s in specs if s.is_timestamp]
     if len(timestamps) > 1:
         raise ValueError("get_asc_insert_func: only one FeatureSpec may have is_timestamp=True")
+    if kwargs.get("dump_graph"):
+        from .config_initializer import log_once
+
+        log_once("insert:dump_graph", "get_asc_insert_func: dump_graph=True is accepted and ignored: the insert "
+                 "function is a plain dataset.map, with no key-shipping graph to dump")
     groups = specs_by_table(specs)
     tables = ConfigInitializer.get_instance().tables
     for table, group in groups.items():

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ..errors import MxrecError, UsageError
 from . import fatal
-from .config_initializer import ConfigInitializer
+from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
@@ -32,6 +32,9 @@ _STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictiona
 _KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 
 
+_INTERNAL_KWARGS = {"feature_spec_name_ids_dict", "multi_lookup", "lookup_ids"}
+
+
 def table_of_keys(tensor):
     """The table whose lookup produced this unique-keys tensor, or None."""
     return _KEYS_TO_TABLE.get(tensor.graph, {}).get(tensor.ref())
@@ -40,6 +43,12 @@ def table_of_keys(tensor):
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
                   access_and_evict_config=None, is_grad=True, serving_default_value=None, **kwargs):
     instance = ConfigInitializer.get_instance()
+    unknown = sorted(set(kwargs) - _INTERNAL_KWARGS)
+    if unknown:
+        raise TypeError(f"sparse_lookup: unknown arguments {unknown}")
+    if kwargs:
+        log_once("sparse_lookup:internal", f"sparse_lookup: {sorted(kwargs)} are mxRec-internal arguments (set by "
+                 f"its graph modifier); accepted and ignored: merging is done by the insert function / the rewrite")
     if not isinstance(hashtable, SparseTable):
         raise TypeError(f"sparse_lookup: hashtable: must be a table from create_table, got {type(hashtable).__name__}")
     table = hashtable

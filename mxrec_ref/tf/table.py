@@ -33,6 +33,10 @@ class SparseTable:
         self.is_dp = is_dp
         self.is_hbm = host_vocabulary_size == 0
         self.send_count = None
+        self.padding_keys, self.padding_keys_mask, self.padding_keys_len = None, False, None   # not supported
+        self.slice_device_vocabulary_size = device_vocabulary_size     # one rank: the whole table
+        self.slice_host_vocabulary_size = host_vocabulary_size
+        self.slice_ssd_vocabulary_size = ssd_vocabulary_size
         self.multi_lookup_times = {True: 0, False: 0}
         self.merged_specs: dict = {}    # is_training -> the FeatureSpecs the insert function merged, in order
         self._config_args = dict(
@@ -94,21 +98,28 @@ class SparseTable:
                                              backend=instance.backend)
         return self._store
 
-    def continue_clock(self) -> None:
+    def continue_clock(self, lookups_run: int | None) -> None:
         """After a restore, training lookups in a graph without a global step go on
-        from the checkpoint's step clock, not from 0 (TF-5): so LazyAdam's bias
-        correction and the eviction clock continue where ``train`` left off."""
-        loaded = self.store._last_checkpoint          # (folder, TableState) of the load just done
-        state = loaded[1] if loaded else None
-        if state is not None and state.clock_source == "step" and state.clock is not None:
-            self.train_lookups_run = state.clock + 1
-            self.last_train_step = state.clock
+        from the checkpoint, not from 0 (TF-5), so LazyAdam's bias correction and a
+        step clock continue where ``train`` left off: from the count of training
+        lookups saved with the table, or (a checkpoint without it) its step clock."""
+        if lookups_run is None:
+            loaded = self.store._last_checkpoint       # (folder, TableState) of the load just done
+            state = loaded[1] if loaded else None
+            if state is None or state.clock_source != "step" or state.clock is None:
+                return
+            lookups_run = state.clock + 1
+        self.train_lookups_run = int(lookups_run)
+        self.last_train_step = max(int(lookups_run) - 1, 0)
 
     def size(self) -> int:
         return 0 if self._store is None else self._store.size()
 
     def capacity(self) -> int:
-        return self.config.device_vocabulary_size if self._store is None else self._store.capacity()
+        if self._store is not None:
+            return self._store.capacity()
+        # before the first run: what the store will hold (device + host + SSD tiers; reference 2.2)
+        return self.config.device_vocabulary_size if self.config.dynamic_expansion else self.config.table_capacity
 
     def __repr__(self):
         return f"SparseTable({self.table_name!r}, dim={self.emb_size}, size={self.size()})"
@@ -158,6 +169,9 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     unknown = sorted(set(kwargs) - {"optimizer_list"})
     if unknown:
         raise TypeError(f"table {name!r}: create_table: unknown arguments {unknown}")
+    if shard_num != 1:
+        log_once("create_table:shard_num", f"table {name!r}: shard_num={shard_num} is accepted and ignored: NPU "
+                 f"table sharding; the store is one table")
     if not fusion_optimizer_var or hashtable_threshold:
         log_once("create_table:fusion", f"table {name!r}: fusion_optimizer_var / hashtable_threshold are accepted "
                  f"and ignored: NPU memory-layout options; the store keeps slots beside each row")

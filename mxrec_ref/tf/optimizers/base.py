@@ -71,6 +71,15 @@ class HashOptimizer:
             return tf.no_op(name=name or self._name)
 
 
+def note_ignored_options(optimizer: str, **options) -> None:
+    """use_locking / use_fusion_optim: TF-kernel and NPU fused-kernel choices; the
+    store applies each table's update in one call, so they change nothing."""
+    for option, value in options.items():
+        if value:
+            log_once(f"optimizer:{option}", f"optimizer {optimizer!r}: {option}=True is accepted and ignored: the "
+                     f"store applies each table's update in one locked call, with no fused NPU kernel")
+
+
 def _apply_op(table, keys, values):
     def apply(keys_value, values_value):
         try:

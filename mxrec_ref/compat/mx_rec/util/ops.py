@@ -5,12 +5,12 @@ import tensorflow as tf
 
 from mxrec_ref.tf import set_threshold
 
-from .log import logger
+from mxrec_ref.tf.config_initializer import log_once
 
 
 def clear_channel(channel_id=0):
     """The host channels do not exist here: nothing to clear."""
-    logger.info("clear_channel(%s): no host channel in mxrec-ref; nothing to do", channel_id)
+    log_once("ops:clear_channel", "clear_channel is accepted and does nothing: mxrec-ref has no host channel")
     return tf.no_op()
 
 
@@ -23,5 +23,23 @@ def return_timestamp(timestamp):
         return tf.cast(tf.math.floor(tf.timestamp()), tf.int64)
 
 
+def _unavailable(name, instead):
+    def op(*args, **kwargs):
+        raise NotImplementedError(f"{name} is an mxRec NPU/host-channel kernel with no CPU meaning; {instead}")
+    op.__name__ = name
+    return op
+
+
+_UNAVAILABLE = {
+    "read_emb_key_v2": "the insert function (get_asc_insert_func) hands the ids to the store",
+    "read_emb_key_v2_dynamic": "the insert function (get_asc_insert_func) hands the ids to the store",
+    "embedding_lookup_by_address": "use sparse_lookup: rows are looked up by key",
+    "lazy_adam": "use mx_rec.optimizers.lazy_adam.create_hash_optimizer: the store applies LazyAdam",
+    "lccl_all_to_all": "one process: no collectives",
+}
+
+
 def import_host_pipeline_ops(so_name=None):
-    return SimpleNamespace(set_threshold=set_threshold, clear_channel=clear_channel, return_timestamp=return_timestamp)
+    """The CPU ops mxRec's scripts call; ``so_name`` is accepted and ignored."""
+    return SimpleNamespace(set_threshold=set_threshold, clear_channel=clear_channel, return_timestamp=return_timestamp,
+                           **{name: _unavailable(name, instead) for name, instead in _UNAVAILABLE.items()})
