@@ -174,7 +174,7 @@ def test_tf_13_plain_python_ends_too(tmp_path):
 def test_tf_12_return_timestamp_is_a_scalar_of_the_pipeline(tmp_path):
     """mxRec's ReturnTimestamp ignores its input and returns the current time in
     whole seconds as a scalar (it was passed through unchanged)."""
-    from mxrec_ref.compat.mx_rec.util.ops import import_host_pipeline_ops
+    from mxrec_ref.tf.host_ops import import_host_pipeline_ops
 
     ops = import_host_pipeline_ops()
     ds = tf.data.Dataset.from_tensor_slices({"label": np.zeros(8, np.float32)}).batch(4)
@@ -235,7 +235,7 @@ def test_tf_12_timestamp_admission_eviction_and_evaluation(backend, mode):
     evaluation (built after the training rewrite) reads its own batch's timestamp,
     not the replaced training iterator (it failed with 'iterator has not been
     initialized')."""
-    from mxrec_ref.compat.mx_rec.util.ops import return_timestamp
+    from mxrec_ref.tf.host_ops import return_timestamp
 
     tf_model.fresh_graph()
     with tf.Graph().as_default():
@@ -313,7 +313,7 @@ def test_tf_15_ignored_switches_are_logged_once(caplog, monkeypatch):
     monkeypatch.setenv("USE_COMBINE_FAAE", "1")
     tf_model.fresh_graph()
     with caplog.at_level(logging.INFO, logger="mxrec_ref"), tf.Graph().as_default():
-        mx.init(bind_cpu=True)
+        mx.init(bind_cpu=False)
         for name in ("a", "b"):
             mx.create_table(tf.int64, 4, name, tf.compat.v1.zeros_initializer(), device_vocabulary_size=10,
                             is_dp=True)
