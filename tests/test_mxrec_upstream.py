@@ -124,6 +124,9 @@ FAILING_SCRIPT = """
     train = optimizer.apply_gradients(zip(tf.gradients(loss, sparse), sparse))
     if mode == "modify_graph":
         modify_graph_and_start_emb_cache()
+    if len(sys.argv) > 4:          # a thread that never ends: interpreter shutdown would wait for it forever
+        import threading
+        threading.Thread(target=threading.Event().wait, name="stuck").start()
     session = tf.compat.v1.Session()           # never closed by the script, as in upstream demos
     for _ in range(100):
         session.run([loss, train])
@@ -150,6 +153,14 @@ def test_tf_13_a_failing_store_call_ends_the_script_with_one_line(tmp_path, mode
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("mxrec-ref: error: " + MESSAGES[failure]), result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def test_tf_13_a_stuck_shutdown_still_ends(tmp_path):
+    """Whatever else keeps the interpreter from finishing (here a thread that never
+    ends), the watchdog armed by the error ends the process with status 1."""
+    result = _run_script(tmp_path, FAILING_SCRIPT, "modify_graph", "dynamic", "capacity", "stuck", timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("mxrec-ref: error: " + MESSAGES["capacity"])
 
 
 def test_tf_13_verbose_shows_the_chain(tmp_path):
