@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -142,12 +143,22 @@ MESSAGES = {"capacity": "CapacityError: table 'item_table': device_vocabulary_si
             "disk": "DiskFullError: [Errno 28] table 'item_table': disk full"}
 
 
+@pytest.fixture(scope="module")
+def failing_runs(tmp_path_factory):
+    """Every failing script of FAILURES, two processes at a time (CI has two cores)."""
+    def run(combo):
+        return combo, _run_script(tmp_path_factory.mktemp("fail"), FAILING_SCRIPT, *combo, timeout=120)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(pool.map(run, FAILURES))
+
+
 @pytest.mark.parametrize("mode,shape,failure", FAILURES)
-def test_tf_13_a_failing_store_call_ends_the_script_with_one_line(tmp_path, mode, shape, failure):
+def test_tf_13_a_failing_store_call_ends_the_script_with_one_line(failing_runs, mode, shape, failure):
     """TF-13: a store error inside Session.run, with a prefetching generator pipeline
     still running, ends the process (non-zero; the subprocess timeout is the hang
     guard, not a measurement) with the store's message as the last, single line."""
-    result = _run_script(tmp_path, FAILING_SCRIPT, mode, shape, failure, timeout=120)
+    result = failing_runs[(mode, shape, failure)]
     assert result.returncode != 0
     assert "NOT REACHED" not in result.stdout
     last = result.stderr.strip().splitlines()[-1]
@@ -158,7 +169,8 @@ def test_tf_13_a_failing_store_call_ends_the_script_with_one_line(tmp_path, mode
 def test_tf_13_a_stuck_shutdown_still_ends(tmp_path):
     """Whatever else keeps the interpreter from finishing (here a thread that never
     ends), the watchdog armed by the error ends the process with status 1."""
-    result = _run_script(tmp_path, FAILING_SCRIPT, "modify_graph", "dynamic", "capacity", "stuck", timeout=120)
+    result = _run_script(tmp_path, FAILING_SCRIPT, "modify_graph", "dynamic", "capacity", "stuck", timeout=120,
+                         env={"MXREC_REF_SHUTDOWN_GRACE_S": "2"})
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("mxrec-ref: error: " + MESSAGES["capacity"])
 

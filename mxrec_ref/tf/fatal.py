@@ -29,6 +29,7 @@ import weakref
 from ..errors import MxrecError
 
 SHUTDOWN_GRACE_S = 10       # how long shutdown may take after a fatal error before the watchdog ends it
+GRACE_ENV = "MXREC_REF_SHUTDOWN_GRACE_S"   # overrides it
 VERBOSE_ENV = "MXREC_REF_VERBOSE"
 
 _sessions: "weakref.WeakSet" = weakref.WeakSet()
@@ -77,9 +78,11 @@ def report(error: BaseException, *, verbose: bool | None = None, stream=None) ->
     return 1
 
 
-def shut_down_promptly(grace_s: float = SHUTDOWN_GRACE_S) -> None:
+def shut_down_promptly(grace_s: float | None = None) -> None:
     """Close the live sessions now (the pipeline's threads can still finish), and
     end the process with status 1 if shutdown blocks past ``grace_s`` anyway."""
+    if grace_s is None:
+        grace_s = float(os.environ.get(GRACE_ENV) or SHUTDOWN_GRACE_S)
     if not _devnull:
         _devnull.append(open(os.devnull, "w"))
     faulthandler.dump_traceback_later(grace_s, exit=True, file=_devnull[0])
