@@ -70,6 +70,10 @@ def run_script(script: str, script_args: list[str]) -> int:
         print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
         return 2
     alias.enable()
+    if os.environ.get("MXREC_REF_VERBOSE", "") in ("", "0"):
+        # TensorFlow's C++ warning for a failed op repeats a store error with its Python
+        # traceback; the script's error is printed once, as one line (TF-13)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.argv = [path, *script_args]
     sys.path.insert(0, os.path.dirname(path))
     try:
