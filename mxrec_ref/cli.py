@@ -70,12 +70,20 @@ def run_script(script: str, script_args: list[str]) -> int:
         print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
         return 2
     alias.enable()
+    if os.environ.get("MXREC_REF_VERBOSE", "") in ("", "0"):
+        # TensorFlow's C++ warning for a failed op repeats a store error with its Python
+        # traceback; the script's error is printed once, as one line (TF-13)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.argv = [path, *script_args]
     sys.path.insert(0, os.path.dirname(path))
     try:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except Exception as error:  # noqa: BLE001 - the script's error: one line for a store error, and a prompt exit
+        from .tf import fatal
+
+        return fatal.report(error)
     return 0
 
 

@@ -16,13 +16,13 @@ def _clean():
 
 
 def _modify_mode(backend, *, access_threshold=None, optimizer="adagrad", multi_lookup=True, iterator="one_shot",
-                 modify=True, hook=False):
+                 modify=True, hook=False, send_count=None):
     """tf_model's model written the graph-modification way: raw id tensors,
     no FeatureSpec, no insert function; the graph is rewritten afterwards."""
     tf_model.fresh_graph()
     graph = tf.Graph()
     with graph.as_default():
-        mx.init(backend=backend)
+        mx.init(backend=backend, use_dynamic=send_count is None)
         init = tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1)
         user = mx.create_table(tf.int64, 4, "user", init, device_vocabulary_size=500)
         item = mx.create_table(tf.int64, 4, "item", init, device_vocabulary_size=500)
@@ -37,7 +37,8 @@ def _modify_mode(backend, *, access_threshold=None, optimizer="adagrad", multi_l
         batch = it.get_next()
         tf.compat.v1.add_to_collection(mx.constants.ASCEND_TIMESTAMP, batch["timestamp"])
         lookups = [(user, batch["user"]), (item, batch["item"])] + ([(item, batch["item"])] if multi_lookup else [])
-        embs = [mx.sparse_lookup(t, ids, modify_graph=True, access_and_evict_config=config) for t, ids in lookups]
+        embs = [mx.sparse_lookup(t, ids, modify_graph=True, access_and_evict_config=config, send_count=send_count)
+                for t, ids in lookups]
         loss, train, _, _ = tf_model.head(embs, batch["label"], sparse_optimizer, global_step)
         moved = mx.modify_graph_and_start_emb_cache() if modify and not hook else None
         init_op = tf.compat.v1.global_variables_initializer()
@@ -72,6 +73,31 @@ def test_graph_3_same_losses_as_feature_spec_mode(backend, multi_lookup):
         assert state[name].keys.tolist() == spec_state[name].keys.tolist()
         assert state[name].counts.tolist() == spec_state[name].counts.tolist()   # merged: counted as one call
         np.testing.assert_allclose(state[name].values, spec_state[name].values, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("multi_lookup", [False, True])
+def test_graph_3_static_shape_same_as_feature_spec_mode(backend, multi_lookup):
+    """GRAPH-3 with static shape (send_count): each lookup's padded segment and the
+    merged store call agree on the gradient's shape (it failed with 'grad_rows:
+    shape must be ...'), and the result is FeatureSpec mode's."""
+    spec = tf_model.build(backend, static=True, send_count=120, access_threshold=2, optimizer="lazy_adam",
+                          multi_lookup=multi_lookup)
+    spec_losses, _ = tf_model.train(spec, 8)
+    spec_state = {n: t.store.export() for n, t in spec["tables"].items()}
+    modified = _modify_mode(backend, access_threshold=2, optimizer="lazy_adam", multi_lookup=multi_lookup,
+                            send_count=120)
+    losses, state = _train(modified, 8)
+    if multi_lookup:
+        np.testing.assert_allclose(losses, spec_losses, rtol=1e-5)
+    else:
+        assert losses == spec_losses
+    for name in ("user", "item"):
+        assert state[name].keys.tolist() == spec_state[name].keys.tolist()
+        assert state[name].counts.tolist() == spec_state[name].counts.tolist()
+        if multi_lookup:
+            np.testing.assert_allclose(state[name].values, spec_state[name].values, rtol=1e-5, atol=1e-7)
+        else:
+            assert np.array_equal(state[name].values, spec_state[name].values)
 
 
 def test_graph_1_one_store_call_per_table_and_key_processing_in_the_pipeline(backend):

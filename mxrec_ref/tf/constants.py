@@ -1,4 +1,6 @@
 """mxRec's collection names and limits (mx_rec.constants.constants)."""
+from enum import Enum
+
 ASCEND_GLOBAL_HASHTABLE_COLLECTION = "ASCEND_GLOBAL_HASHTABLE_COLLECTION"
 ASCEND_SPARSE_LOOKUP_ENTRANCE = "ASCEND_SPARSE_LOOKUP_ENTRANCE"
 ASCEND_SPARSE_LOOKUP_LOCAL_EMB = "ASCEND_SPARSE_LOOKUP_LOCAL_EMB"
@@ -12,3 +14,35 @@ DEFAULT_EVICT_TIME_INTERVAL = 86400
 TRAIN_CHANNEL_ID = 0
 EVAL_CHANNEL_ID = 1
 BACKEND_ENV = "MXREC_REF_BACKEND"  # overrides init(backend=...)
+
+# Environment variables mxRec reads that have no meaning on one CPU process (NPU
+# channels, host thread pools, shared memory): accepted and logged once.
+IGNORED_ENV = {
+    "KEY_PROCESS_THREAD_NUM": "host key-processing threads: the store is one call per table and step",
+    "FAST_UNIQUE": "NPU unique kernel: the store deduplicates keys itself",
+    "MAX_UNIQUE_THREAD_NUM": "host unique thread pool: the store deduplicates keys itself",
+    "HD_CHANNEL_SIZE": "host-to-device channel depth: no device channel on a CPU",
+    "SSD_SAVE_COMPACT_LEVEL": "SSD save compaction level: the SSD tier compacts by its own rule (spec/tiers.md)",
+    "USE_SHM_SWAP": "shared-memory DDR swap: the host tier lives in this process",
+    "RECORD_KEY_COUNT": "key-count recording for delta checkpoints: not implemented",
+    "AclTimeout": "Ascend ACL timeout: no Ascend runtime",
+    "USE_COMBINE_FAAE": "pools every table's admission history into one in mxRec; mxrec-ref keeps one history per "
+                        "table (ADM rules), so each table admits on its own counts",
+}
+
+
+class BaseEnum(Enum):
+    """mxRec's enum base: ``mapping(value)`` returns the member with that value."""
+
+    @classmethod
+    def mapping(cls, key):
+        for member in cls:
+            if member.value == key:
+                return member
+        raise KeyError(f"Cannot find a corresponding mode in current Enum class {cls.__name__}, "
+                       f"given parameter '{key}'.")
+
+
+class All2allGradientsOp(BaseEnum):
+    SUM_GRADIENTS = "sum_gradients"
+    SUM_GRADIENTS_AND_DIV_BY_RANKSIZE = "sum_gradients_and_div_by_ranksize"

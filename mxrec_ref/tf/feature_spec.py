@@ -100,6 +100,11 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
     timestamps = [s for s in specs if s.is_timestamp]
     if len(timestamps) > 1:
         raise ValueError("get_asc_insert_func: only one FeatureSpec may have is_timestamp=True")
+    if kwargs.get("dump_graph"):
+        from .config_initializer import log_once
+
+        log_once("insert:dump_graph", "get_asc_insert_func: dump_graph=True is accepted and ignored: the insert "
+                 "function is a plain dataset.map, with no key-shipping graph to dump")
     groups = specs_by_table(specs)
     tables = ConfigInitializer.get_instance().tables
     for table, group in groups.items():
@@ -120,7 +125,8 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
             stamp = batch[timestamps[0].index_key]
             if stamp.shape.rank not in (0, None):
                 raise ValueError(f"FeatureSpec {timestamps[0].name!r}: is_timestamp: the timestamp must be a "
-                                 f"scalar (rank 0), got shape {stamp.shape}")
+                                 f"scalar (rank 0), got shape {stamp.shape}; build it with "
+                                 f"import_host_pipeline_ops().return_timestamp(...) or reduce it (e.g. tf.reduce_max)")
             batch[TIMESTAMP_KEY] = tf.cast(stamp, tf.int64)
         return batch
 
@@ -133,6 +139,9 @@ def start_asc_pipeline() -> None:
     instance = ConfigInitializer.get_instance()
     if not instance.tables:
         raise RuntimeError("start_asc_pipeline: no table has been created")
+    from .config_initializer import log_ignored_environment
+
+    log_ignored_environment()
     for table in instance.tables.values():
         table.store  # noqa: B018 - creates the store with the final config and optimizer
     instance.frozen = True

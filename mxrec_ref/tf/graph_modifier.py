@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.ops import dataset_ops
 
-from .config_initializer import ConfigInitializer
+from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
 
 # graph (weakly) -> {iterator op name: (dataset, kind)}
@@ -137,15 +137,11 @@ def _check_gradients_built(graph, record) -> None:
 
 def _find_get_next(record):
     """Breadth-first up the inputs of the ids to the IteratorGetNext feeding them."""
-    seen, frontier = set(), [record.ids.op]
-    while frontier:
-        op = frontier.pop(0)
-        if op.type == "IteratorGetNext":
-            return op
-        for tensor in op.inputs:
-            if tensor.op.name not in seen:
-                seen.add(tensor.op.name)
-                frontier.append(tensor.op)
+    from .lookup import iterator_output_of
+
+    op = iterator_output_of(record.ids)
+    if op is not None:
+        return op
     raise ValueError(f"table {record.table.table_name!r}: ids: graph modification needs ids that come from a tf.data "
                      f"iterator (no IteratorGetNext above {record.ids.name})")
 
@@ -202,6 +198,7 @@ def _rewrite(graph, get_next, records, instance) -> None:
         tf.compat.v1.add_to_collection(ASCEND_CUTTING_POINT_INITIALIZER, initializer)
     for is_train in {r.is_train for r in records}:
         instance.train_params_config.set_initializer(is_train, initializer)
+        instance.train_params_config.set_target_batch(is_train, element)
 
 
 def _ids_subgraph(get_next, ids_tensors):
@@ -246,7 +243,7 @@ def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dic
     has_timestamp = step.has_timestamp
 
     def run(ids, sizes, step_value, stamp_value):
-        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, None)
+        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, step.pad_to)
         group.current = (result, np.concatenate([[0], np.cumsum(sizes)]))
         return np.int64(len(result.unique_keys))
 
@@ -275,3 +272,31 @@ class GraphModifierHook(tf.compat.v1.train.SessionRunHook):
     def after_create_session(self, session, coord):
         if self._initializers:
             session.run(self._initializers)
+
+
+class LookupSubgraphSlicerHook(tf.compat.v1.train.SessionRunHook):
+    """mxRec moves ops of ``op_types`` (e.g. ``StringToNumber``) feeding a lookup out
+    of the NPU graph into the host pipeline.  Here every op already runs on the CPU
+    and the rewrite re-imports the whole id sub-graph (GRAPH-1): accepted, logged."""
+
+    def __init__(self, op_types=None):
+        self.op_types = list(op_types or [])
+        log_once("hook:LookupSubgraphSlicerHook", "LookupSubgraphSlicerHook is accepted and ignored: every op runs on "
+                 "the CPU, and the graph modifier moves the whole id sub-graph into the input pipeline")
+
+
+class OrphanLookupKeySlicerHook(tf.compat.v1.train.SessionRunHook):
+    """mxRec slices lookup ids that do not come from a dataset out of the device
+    graph.  Here such a lookup already works unmodified (one store call per lookup,
+    GRAPH-1); the rewrite still needs ids from an iterator (GRAPH-2)."""
+
+    def __init__(self):
+        log_once("hook:OrphanLookupKeySlicerHook", "OrphanLookupKeySlicerHook is accepted and ignored: a lookup whose "
+                 "ids come from no dataset runs as it is (one store call per lookup); only iterator ids are moved")
+
+
+def do_merge_lookup(is_train: bool = True):
+    """mxRec merges the lookups of one table before the rewrite (its patched
+    ``compute_gradients`` calls this).  The rewrite merges them itself (GRAPH-1)."""
+    log_once("graph:do_merge_lookup", "do_merge_lookup is accepted and does nothing: "
+             "modify_graph_and_start_emb_cache merges the lookups of each table")

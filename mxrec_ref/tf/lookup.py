@@ -15,7 +15,9 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from .config_initializer import ConfigInitializer
+from ..errors import MxrecError, UsageError
+from . import fatal
+from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
@@ -30,6 +32,9 @@ _STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictiona
 _KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 
 
+_INTERNAL_KWARGS = {"feature_spec_name_ids_dict", "multi_lookup", "lookup_ids"}
+
+
 def table_of_keys(tensor):
     """The table whose lookup produced this unique-keys tensor, or None."""
     return _KEYS_TO_TABLE.get(tensor.graph, {}).get(tensor.ref())
@@ -38,6 +43,12 @@ def table_of_keys(tensor):
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
                   access_and_evict_config=None, is_grad=True, serving_default_value=None, **kwargs):
     instance = ConfigInitializer.get_instance()
+    unknown = sorted(set(kwargs) - _INTERNAL_KWARGS)
+    if unknown:
+        raise TypeError(f"sparse_lookup: unknown arguments {unknown}")
+    if kwargs:
+        log_once("sparse_lookup:internal", f"sparse_lookup: {sorted(kwargs)} are mxRec-internal arguments (set by "
+                 f"its graph modifier); accepted and ignored: merging is done by the insert function / the rewrite")
     if not isinstance(hashtable, SparseTable):
         raise TypeError(f"sparse_lookup: hashtable: must be a table from create_table, got {type(hashtable).__name__}")
     table = hashtable
@@ -60,6 +71,7 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         segment = group.index(ids)
         merged = batch[merged_key]
         timestamp = batch.get(TIMESTAMP_KEY)
+        instance.train_params_config.set_target_batch(bool(is_train), batch)
     elif isinstance(ids, (tf.Tensor, tf.SparseTensor, np.ndarray)) or hasattr(ids, "dtype"):
         if isinstance(ids, tf.SparseTensor):
             raise TypeError(f"table {table.table_name!r}: ids: tf.SparseTensor ids are not supported")
@@ -73,8 +85,7 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
             register_thresholds(get_feature_spec(table.table_name, access_and_evict_config))
         merged = tf.reshape(tf.cast(feature, tf.int64), [-1])
         segments, segment = [feature], 0
-        stamps = tf.compat.v1.get_collection(ASCEND_TIMESTAMP)
-        timestamp = stamps[0] if stamps else None
+        timestamp = _mode_timestamp(table, feature, bool(is_train))
     else:
         raise TypeError(f"table {table.table_name!r}: ids: must be a FeatureSpec or a tensor, got {type(ids).__name__}")
     table.note_lookup(bool(is_train))
@@ -95,6 +106,47 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         if not is_grad:
             embeddings = tf.stop_gradient(embeddings)
         return embeddings
+
+
+def iterator_output_of(tensor):
+    """The IteratorGetNext op a tensor is computed from (breadth-first up its
+    inputs), or None."""
+    seen, frontier = set(), [tensor.op]
+    while frontier:
+        op = frontier.pop(0)
+        if op.type == "IteratorGetNext":
+            return op
+        for source in op.inputs:
+            if source.op.name not in seen:
+                seen.add(source.op.name)
+                frontier.append(source.op)
+    return None
+
+
+def _mode_timestamp(table, feature, is_train: bool):
+    """The ASCEND_TIMESTAMP entry of this lookup's own batch: the one computed from
+    the iterator its ids come from.  A training lookup whose iterator has none takes
+    the first entry (one timestamp for the whole graph); an evaluation lookup then
+    takes none, since evaluation never reads the clock (LKP-2) -- it must not read
+    another mode's (possibly replaced) iterator."""
+    stamps = tf.compat.v1.get_collection(ASCEND_TIMESTAMP)
+    if not stamps or tf.executing_eagerly():
+        return stamps[0] if stamps else None
+    source = iterator_output_of(feature)
+    mine = [s for s in stamps if source is not None and iterator_output_of(s) is source]
+    stamp = mine[0] if mine else (stamps[0] if is_train else None)
+    if stamp is not None:
+        check_scalar_timestamp(table.table_name, "ASCEND_TIMESTAMP", tf.convert_to_tensor(stamp).shape)
+    return stamp
+
+
+def check_scalar_timestamp(table_name: str, source: str, shape) -> None:
+    """A batch has one data timestamp (mxRec's ReturnTimestamp op returns a scalar);
+    a per-example vector is rejected when the graph is built, never inside a step."""
+    if shape.rank not in (0, None):
+        raise ValueError(f"table {table_name!r}: timestamp: {source} must be a scalar (rank 0) per batch, got shape "
+                         f"{shape}; build it with import_host_pipeline_ops().return_timestamp(...) or reduce it "
+                         f"(e.g. tf.reduce_max)")
 
 
 def _check_send_count(table, send_count, static: bool):
@@ -129,8 +181,8 @@ class _StepOp:
     """One store call for a table's merged ids, and every lookup's share of it."""
 
     def __init__(self, op, share, unique_keys, rows, inverse, admitted, embeddings, positions, step, stamp,
-                 has_timestamp):
-        self.op, self.share, self.has_timestamp = op, share, has_timestamp
+                 has_timestamp, pad_to):
+        self.op, self.share, self.has_timestamp, self.pad_to = op, share, has_timestamp, pad_to
         self.unique_keys, self.rows, self.inverse, self.admitted = unique_keys, rows, inverse, admitted
         self.embeddings, self.positions = embeddings, positions
         self.step, self.stamp = step, stamp
@@ -150,8 +202,18 @@ def store_call(table, ids, step_value, stamp_value, is_train: bool, has_timestam
     step_value = int(step_value)
     if step_value < 0:            # no global step in the graph: count this table's training lookups
         step_value = table.train_lookups_run
-    result = table.store.lookup(ids, train=is_train, step=step_value if is_train else None,
-                                timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
+    if has_timestamp and np.ndim(stamp_value) != 0:   # rank unknown at graph construction
+        error = UsageError(f"table {table.table_name!r}: timestamp: the batch timestamp must be a scalar, got "
+                           f"shape {np.shape(stamp_value)}; build it with import_host_pipeline_ops()."
+                           f"return_timestamp(...) or reduce it (e.g. tf.reduce_max)")
+        fatal.note(error)
+        raise error
+    try:
+        result = table.store.lookup(ids, train=is_train, step=step_value if is_train else None,
+                                    timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
+    except MxrecError as error:
+        fatal.note(error)
+        raise
     if is_train:
         table.train_lookups_run += 1
         table.last_train_step = step_value
@@ -199,7 +261,7 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
     cache[cache_key] = _StepOp(unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
-                                   positions, step, stamp, has_timestamp)
+                                   positions, step, stamp, has_timestamp, pad_to)
     return cache[cache_key]
 
 

@@ -29,12 +29,29 @@ def sparse_dir(checkpoint_path: str) -> str:
     return os.path.join(head, f"sparse-{tail}")
 
 
+TRAIN_STEPS_FILE = "mxrec_train_steps.json"   # {table: training lookups run}, beside the table folders
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """A small file that a kill leaves either old or new, never half written (CKPT-4)."""
+    temporary = f"{path}.writing-{os.getpid()}"
+    with open(temporary, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
 def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
     target = sparse_dir(checkpoint_path)
-    for table in ConfigInitializer.get_instance().tables.values():
-        if table.is_save:
-            table.store.save(target, incremental=incremental)
-            fault_point(f"saver: table {table.table_name!r} written")
+    saved = [t for t in ConfigInitializer.get_instance().tables.values() if t.is_save]
+    for table in saved:
+        table.store.save(target, incremental=incremental)
+        fault_point(f"saver: table {table.table_name!r} written")
+    if saved:
+        # the step a graph without a global step gives its lookups (TF-5): restored with the tables
+        _write_atomically(os.path.join(target, TRAIN_STEPS_FILE),
+                          json.dumps({t.table_name: t.train_lookups_run for t in saved}))
     return target
 
 
@@ -43,8 +60,11 @@ def restore_tables(checkpoint_path: str) -> None:
     tables = [t for t in ConfigInitializer.get_instance().tables.values() if t.is_save]
     if tables and not os.path.isdir(source):
         raise FileNotFoundError(f"restore: no sparse checkpoint {source!r} next to {checkpoint_path!r}")
+    steps_file = os.path.join(source, TRAIN_STEPS_FILE)
+    steps = json.load(open(steps_file)) if os.path.isfile(steps_file) else {}
     for table in tables:
         table.store.load(source)
+        table.continue_clock(steps.get(table.table_name))
 
 
 def _prune(checkpoint_path: str) -> None:

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from ..config import Initializer, TableConfig
 from ..store import open_store
-from .config_initializer import ConfigInitializer
+from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION, MULTI_LOOKUP_TIMES
 
 
@@ -33,6 +33,10 @@ class SparseTable:
         self.is_dp = is_dp
         self.is_hbm = host_vocabulary_size == 0
         self.send_count = None
+        self.padding_keys, self.padding_keys_mask, self.padding_keys_len = None, False, None   # not supported
+        self.slice_device_vocabulary_size = device_vocabulary_size     # one rank: the whole table
+        self.slice_host_vocabulary_size = host_vocabulary_size
+        self.slice_ssd_vocabulary_size = ssd_vocabulary_size
         self.multi_lookup_times = {True: 0, False: 0}
         self.merged_specs: dict = {}    # is_training -> the FeatureSpecs the insert function merged, in order
         self._config_args = dict(
@@ -94,11 +98,28 @@ class SparseTable:
                                              backend=instance.backend)
         return self._store
 
+    def continue_clock(self, lookups_run: int | None) -> None:
+        """After a restore, training lookups in a graph without a global step go on
+        from the checkpoint, not from 0 (TF-5), so LazyAdam's bias correction and a
+        step clock continue where ``train`` left off: from the count of training
+        lookups saved with the table, or (a checkpoint without it) its step clock."""
+        if lookups_run is None:
+            loaded = self.store._last_checkpoint       # (folder, TableState) of the load just done
+            state = loaded[1] if loaded else None
+            if state is None or state.clock_source != "step" or state.clock is None:
+                return
+            lookups_run = state.clock + 1
+        self.train_lookups_run = int(lookups_run)
+        self.last_train_step = max(int(lookups_run) - 1, 0)
+
     def size(self) -> int:
         return 0 if self._store is None else self._store.size()
 
     def capacity(self) -> int:
-        return self.config.device_vocabulary_size if self._store is None else self._store.capacity()
+        if self._store is not None:
+            return self._store.capacity()
+        # before the first run: what the store will hold (device + host + SSD tiers; reference 2.2)
+        return self.config.device_vocabulary_size if self.config.dynamic_expansion else self.config.table_capacity
 
     def __repr__(self):
         return f"SparseTable({self.table_name!r}, dim={self.emb_size}, size={self.size()})"
@@ -106,7 +127,9 @@ class SparseTable:
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1, host_vocabulary_size=0,
                  ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),), is_save=True, is_dp=False, init_param=1.0,
-                 all2all_gradients_op="sum_gradients", value_dtype=tf.float32, shard_num=1, **kwargs) -> SparseTable:
+                 all2all_gradients_op="sum_gradients", enable_merge=False, padding_keys=None, padding_keys_mask=False,
+                 padding_keys_len=None, value_dtype=tf.float32, shard_num=1, fusion_optimizer_var=True,
+                 hashtable_threshold=0, **kwargs) -> SparseTable:
     """mxRec's ``create_table``; argument names, defaults and ranges as reference 1.3."""
     instance = ConfigInitializer.get_instance()
     if instance.frozen:
@@ -131,6 +154,27 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     if isinstance(shard_num, bool) or not isinstance(shard_num, int) or not 1 <= shard_num <= 8192:
         raise ValueError(f"table {name!r}: shard_num: must be an integer in [1, 8192], got {shard_num!r}")
     initializer = initializer_from_tf(emb_initializer, name)
+    if is_dp:
+        log_once("create_table:is_dp", f"table {name!r}: is_dp=True is accepted and changes nothing: in one process "
+                 f"every table is whole on rank 0 and has no all2all, which is what a data-parallel table is")
+    for parameter, value, default in (("enable_merge", enable_merge, False), ("padding_keys", padding_keys, None),
+                                      ("padding_keys_mask", padding_keys_mask, False),
+                                      ("padding_keys_len", padding_keys_len, None)):
+        if value != default:
+            raise ValueError(f"table {name!r}: {parameter}: not supported by mxrec-ref (table merging and padding-key "
+                             f"masks are not implemented); leave it at its default {default!r}")
+    if "optimizer_list" in kwargs:
+        log_once("create_table:optimizer_list", f"table {name!r}: optimizer_list (mxRec G1/G2) is accepted and "
+                 f"ignored: the one global sparse optimizer trains every table, as in current mxRec")
+    unknown = sorted(set(kwargs) - {"optimizer_list"})
+    if unknown:
+        raise TypeError(f"table {name!r}: create_table: unknown arguments {unknown}")
+    if shard_num != 1:
+        log_once("create_table:shard_num", f"table {name!r}: shard_num={shard_num} is accepted and ignored: NPU "
+                 f"table sharding; the store is one table")
+    if not fusion_optimizer_var or hashtable_threshold:
+        log_once("create_table:fusion", f"table {name!r}: fusion_optimizer_var / hashtable_threshold are accepted "
+                 f"and ignored: NPU memory-layout options; the store keeps slots beside each row")
     if instance.use_dynamic_expansion:
         host_vocabulary_size = ssd_vocabulary_size = 0   # mxRec resets them in this mode (reference 1.3)
     table = SparseTable(name=name, dim=dim, key_dtype=key_dtype, initializer=initializer,

@@ -9,23 +9,31 @@ way the store receives (keys, gradient rows) in one call per table.
 from __future__ import annotations
 
 import itertools
+import logging
 
 import numpy as np
 import tensorflow as tf
 
+from ...errors import MxrecError
 from ...optimizers import SparseOptimizer
-from ..config_initializer import ConfigInitializer
+from .. import fatal
+from ..config_initializer import ConfigInitializer, log_once
 
 _names = itertools.count()
 
 
 class HashOptimizer:
-    def __init__(self, store_optimizer: SparseOptimizer, name: str):
+    def __init__(self, store_optimizer: SparseOptimizer, name: str, by_address: bool = False):
         if not isinstance(name, str) or not 1 <= len(name) <= 200:
             raise ValueError(f"optimizer {name!r}: name: must be 1..200 characters")
         self.store_optimizer = store_optimizer
+        self.by_address = by_address
         self._name = f"{name}_{next(_names)}"
         instance = ConfigInitializer.get_instance()
+        if instance.use_dynamic_expansion and not by_address:
+            log_once("optimizer:not-by-address",
+                     f"optimizer {name!r}: mxRec requires a *_by_addr optimizer with dynamic expansion; mxrec-ref "
+                     f"accepts this one (both are the same store-side update on a CPU)", logging.WARNING)
         started = [t.table_name for t in instance.tables.values() if t._store is not None]
         if started:
             raise RuntimeError(f"optimizer {name!r}: create the sparse optimizer before the first lookup runs "
@@ -63,9 +71,22 @@ class HashOptimizer:
             return tf.no_op(name=name or self._name)
 
 
+def note_ignored_options(optimizer: str, **options) -> None:
+    """use_locking / use_fusion_optim: TF-kernel and NPU fused-kernel choices; the
+    store applies each table's update in one call, so they change nothing."""
+    for option, value in options.items():
+        if value:
+            log_once(f"optimizer:{option}", f"optimizer {optimizer!r}: {option}=True is accepted and ignored: the "
+                     f"store applies each table's update in one locked call, with no fused NPU kernel")
+
+
 def _apply_op(table, keys, values):
     def apply(keys_value, values_value):
-        return np.int64(table.store.apply_gradients(keys_value, values_value, step=table.last_train_step))
+        try:
+            return np.int64(table.store.apply_gradients(keys_value, values_value, step=table.last_train_step))
+        except MxrecError as error:
+            fatal.note(error)
+            raise
 
     return tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32)], tf.int64,
                              stateful=True, name=f"{table.table_name}_sparse_apply")

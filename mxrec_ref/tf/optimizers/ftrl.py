@@ -1,5 +1,5 @@
 from ...optimizers import Ftrl
-from .base import HashOptimizer
+from .base import HashOptimizer, note_ignored_options
 
 
 def create_hash_optimizer(learning_rate, use_locking=False, name="Ftrl", **kwargs):
@@ -8,5 +8,6 @@ def create_hash_optimizer(learning_rate, use_locking=False, name="Ftrl", **kwarg
     unknown = sorted(set(kwargs) - known)
     if unknown:
         raise TypeError(f"optimizer {name!r}: unknown arguments {unknown}")
+    note_ignored_options(name, use_locking=use_locking)
     params = {k: v for k, v in kwargs.items() if k not in ("accum_name", "linear_name")}
     return HashOptimizer(Ftrl(learning_rate=learning_rate, **params), name)

@@ -3,16 +3,11 @@ from mxrec_ref.tf import config_initializer as _config
 from mxrec_ref.tf.config_initializer import ConfigInitializer, terminate_config_initializer  # noqa: F401
 
 from .communication.hccl_ops import get_device_id, get_rank_id, get_rank_size  # noqa: F401
-from .log import logger
-
-_NPU_ONLY = ("use_lccl", "bind_cpu", "use_mpi", "rank_id", "rank_size", "train_interval", "prefetch_batch_number",
-             "use_hot", "save_checkpoint_due_time", "save_delta_checkpoints_secs")
+from .log import logger  # noqa: F401
 
 
 def init(**kwargs):
-    for name in _NPU_ONLY:
-        if name in kwargs:
-            logger.info("init: %s is accepted and ignored (NPU/multi-process option)", name)
+    """mxRec's init: NPU-only options are accepted and logged once (mxrec_ref.tf.config_initializer)."""
     return _config.init(**kwargs)
 
 

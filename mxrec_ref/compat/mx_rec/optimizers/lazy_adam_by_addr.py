@@ -1,0 +1,2 @@
+from mxrec_ref.tf.optimizers.lazy_adam_by_addr import *  # noqa: F401,F403
+from mxrec_ref.tf.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address  # noqa: F401
