@@ -26,7 +26,6 @@ import numpy as np
 from . import hot
 from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
-from .errors import UsageError
 from .initializers import counter_base, initial_rows
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
 from .store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
@@ -58,9 +57,7 @@ class FastStore(Store):
         core = self._core
         unique, inverse, occurrences = core.dedup(keys, counts)
         n_unique = len(unique)
-        if pad_to is not None and n_unique > pad_to:
-            raise UsageError(f"table {self.name!r}: send_count: the batch has {n_unique} unique keys, "
-                             f"more than send_count={pad_to}; raise send_count")
+        self._check_send_count(n_unique, pad_to)
         total = n_unique if pad_to is None else max(pad_to, n_unique)
         # hot_index: each unique key's index in the hot block, probed on the
         # way, as the set is before this lookup's refresh (None: no hot set)
@@ -85,10 +82,8 @@ class FastStore(Store):
         """Count, admit and place rows (ADM-*, EXP-*); returns the lookup's
         (rows, admitted, hot index of each unique key or None).  All checks
         happen before the commit."""
-        source, time = ("timestamp", timestamp) if timestamp is not None else ("step", step)
-        if self.clock_source is not None and source != self.clock_source:
-            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
-                             f"a training lookup must not switch it to the {source} (CON-5)")
+        source = self._check_clock_source(self.clock_source, timestamp)
+        time = timestamp if source == "timestamp" else step
         core = self._core
         tags, new_counts, admit, n_new, hot_index = core.plan_train_hot(
             unique, occurrences, self.effective_coefficient(), self.config.admit_threshold)

@@ -449,6 +449,22 @@ class Store(ABC):
                              f"(4 GiB of padded rows), got {pad_to} x {self.config.dim}")
         return pad_to
 
+    def _check_send_count(self, n_unique: int, pad_to: int | None) -> None:
+        """LKP-4: a static-shape batch may not have more unique keys than it is padded to.
+        Every backend and the tiers call this before the lookup changes anything."""
+        if pad_to is not None and n_unique > pad_to:
+            raise UsageError(f"table {self.name!r}: send_count: the batch has {n_unique} unique keys, "
+                             f"more than send_count={pad_to}; raise send_count")
+
+    def _check_clock_source(self, clock_source: str | None, timestamp: int | None) -> str:
+        """CON-5: a table's clock is the step or the data timestamp, fixed by its first training
+        lookup; returns the source this training lookup uses."""
+        source = "timestamp" if timestamp is not None else "step"
+        if clock_source is not None and source != clock_source:
+            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {clock_source}; "
+                             f"a training lookup must not switch it to the {source} (CON-5)")
+        return source
+
     def _check_result_arrays(self, result: "LookupResult") -> tuple[np.ndarray, np.ndarray]:
         """(unique_keys, admitted) of a LookupResult, checked once here for every backend (CON-9)."""
         keys, admitted = result.unique_keys, result.admitted

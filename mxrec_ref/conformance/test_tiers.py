@@ -103,7 +103,7 @@ def test_tier_5_rows_carry_their_state_to_disk_and_back(backend, tmp_path):
 
 
 def test_tier_6_a_corrupt_record_is_reported_with_its_path(backend, tmp_path):
-    store = ssd(backend, tmp_path, device=2, host=1)
+    store = ssd(backend, tmp_path, device=3, host=1)
     for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
         store.lookup(batch, step=step)
     on_disk = [k for k in range(1, 7) if store.tier_of(keys(k))[0] == "disk"]
@@ -119,7 +119,7 @@ def test_tier_6_a_corrupt_record_is_reported_with_its_path(backend, tmp_path):
 
 
 def test_tier_6_a_truncated_file_is_reported_with_its_path(backend, tmp_path):
-    store = ssd(backend, tmp_path, device=2, host=1)
+    store = ssd(backend, tmp_path, device=3, host=1)
     for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
         store.lookup(batch, step=step)
     path = next(Path(tmp_path).glob("t.*.ssd"))
@@ -205,7 +205,7 @@ def test_tier_8_checkpoints_move_between_modes(backend, tmp_path):
 
 
 def test_tier_9_files_must_not_preexist_and_go_with_the_store(backend, tmp_path):
-    store = ssd(backend, tmp_path, device=2, host=1)
+    store = ssd(backend, tmp_path, device=3, host=1)
     for step, batch in enumerate([keys(1, 2), keys(3, 4)]):
         store.lookup(batch, step=step)
     assert list(tmp_path.glob("t.*.ssd"))
@@ -247,3 +247,21 @@ def test_tier_10_statistics_add_up(backend, tmp_path):
     assert stats["host_disk_bytes"] == row_bytes * (stats["host_to_disk_rows"] + stats["disk_to_host_rows"])
     assert stats["disk_writes"] >= stats["host_to_disk_rows"]
     assert stats["disk_reads"] >= stats["disk_to_host_rows"] > 0
+
+
+def test_tier_6_a_lookup_that_fails_its_checks_moves_no_row(backend, tmp_path):
+    """CON-4 in the tiers: a lookup refused for its send_count (LKP-4) or for
+    switching the clock source (CON-5) brings no row back from disk and makes
+    no room on the host -- the checks run before any tier move."""
+    store = ssd(backend, tmp_path, device=3, host=1)
+    for step in range(4):                                   # rows of keys 0..7 spread over the three tiers
+        store.lookup(keys(2 * step, 2 * step + 1), step=step)
+    assert store.stats()["disk_rows"] > 0
+    on_disk = [k for k in range(8) if store.tier_of(keys(k))[0] == "disk"]
+    stats, tiers = store.stats(), store.tier_of(keys(*range(8))).tolist()   # before export(), which reads the disk
+    with pytest.raises(UsageError, match="send_count"):
+        store.lookup(keys(*on_disk[:2], 9), step=5, pad_to=1)
+    with pytest.raises(UsageError, match="CON-5"):
+        store.lookup(keys(on_disk[0]), step=5, timestamp=100)
+    assert store.stats() == stats
+    assert store.tier_of(keys(*range(8))).tolist() == tiers

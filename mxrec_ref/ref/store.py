@@ -10,7 +10,6 @@ import numpy as np
 
 from .. import hot
 from ..config import TableConfig
-from ..errors import UsageError
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
@@ -47,9 +46,7 @@ class RefStore(Store):
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
         unique, inverse, occurrences = _unique_first_occurrence(keys, counts)
-        if pad_to is not None and len(unique) > pad_to:
-            raise UsageError(f"table {self.name!r}: send_count: the batch has {len(unique)} unique keys, "
-                             f"more than send_count={pad_to}; raise send_count")
+        self._check_send_count(len(unique), pad_to)
         if train:
             admitted = self._train_lookup(unique, occurrences, step, timestamp)
         else:
@@ -81,10 +78,8 @@ class RefStore(Store):
     def _train_lookup(self, unique, occurrences, step, timestamp) -> np.ndarray:
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4).  All checks
         happen before the first change."""
-        source, time = ("timestamp", timestamp) if timestamp is not None else ("step", step)
-        if self.clock_source is not None and source != self.clock_source:
-            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {self.clock_source}; "
-                             f"a training lookup must not switch it to the {source} (CON-5)")
+        source = self._check_clock_source(self.clock_source, timestamp)
+        time = timestamp if source == "timestamp" else step
         coefficient = self.effective_coefficient()
         threshold = self._admit_threshold()
         new_counts = {}

@@ -75,6 +75,10 @@ class TieredStore(Store):
                 f"table {self.name!r}: device_vocabulary_size: the batch has {n_keys} distinct keys but the "
                 f"device tier holds {self.config.device_vocabulary_size} rows; raise device_vocabulary_size "
                 f"to at least {n_keys} (nothing was changed)")
+        # The inner lookup's own checks, made before any row moves between tiers (CON-4).
+        self._check_send_count(len(distinct), pad_to)
+        if train:
+            self._check_clock_source(self._inner.clock_source, timestamp)
         self._make_room_on_host()
         self._bring_back(distinct[distinct != PADDING_KEY])
         # Evaluation reads rows where they are and takes no device rows (TIER-4).
