@@ -11,4 +11,4 @@ MAX_INT32 = 2**31 - 1
 DEFAULT_EVICT_TIME_INTERVAL = 86400
 TRAIN_CHANNEL_ID = 0
 EVAL_CHANNEL_ID = 1
-BACKEND_ENV = "MXREC_REF_BACKEND"  # overrides init(backend=...)
+BACKEND_ENV = "MXREC_REF_BACKEND"  # the backend when init() is given none
