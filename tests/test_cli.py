@@ -192,7 +192,7 @@ def test_bench_outside_a_source_checkout_is_one_line(monkeypatch, tmp_path, caps
     monkeypatch.setattr(benchmarks, "BENCH", tmp_path / "bench")
     assert cli.main(["bench"]) == 2
     (line,) = _lines(capsys.readouterr().err)
-    assert line.startswith("mxrec-ref bench: bench: no bench/ folder")
+    assert line.startswith("mxrec-ref bench: no bench/ folder at ") and "source checkout" in line
 
 
 # ------------------------------------------------------------ conformance
@@ -309,3 +309,19 @@ def test_every_environment_variable_the_package_reads_is_in_the_readme_table():
     table = readme.split("### Environment variables", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"^\| `([A-Z_][A-Z0-9_]+)` \|", table, re.M))
     assert read - {"PYTHONHASHSEED"} <= listed, read - listed
+
+
+def test_the_bench_table_fits_the_terminal(capsys):
+    from mxrec_ref import benchmarks
+
+    name = "hot train lookup, Zipf 1.05, scattered rows: hot_rows=0 / default | hot_rows=0"
+    result = {"ratios": {name: {"ratio": 1.1, "runs": [1.0, 1.1, 1.3], "fast_ms": 2.0, "other_ms": 2.2},
+                         "insert: ref / fast | reference": {"ratio": 17.0, "runs": [17.0], "fast_ms": 4.0,
+                                                            "other_ms": 68.0}}}
+    benchmarks.print_result(result, width=80)
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert name in out and "1.10" in out and "3 (1.00-1.30)" in out
+    benchmarks.print_result(result, width=200)
+    wide = capsys.readouterr().out.splitlines()
+    assert len(wide) == 3 and wide[1].startswith("hot train lookup") and "1.10" in wide[1]
