@@ -85,7 +85,7 @@ def test_wheel_built_from_the_sdist_has_the_fast_path_and_metadata(built):
     classifiers = [line for line in metadata.splitlines() if line.startswith("Classifier: ")]
     assert len(classifiers) >= 8 and "Classifier: Programming Language :: Python :: 3.11" in classifiers
     tf = [line for line in metadata.splitlines() if line.startswith("Requires-Dist: tensorflow")]
-    assert tf and all("<2.22" in line and ">=2.18" in line for line in tf), tf
+    assert tf and all("<2.22" in line and ">=2.20" in line for line in tf), tf
 
 
 def test_the_installed_wheel_opens_a_fast_store_in_a_fresh_venv(built, tmp_path):
