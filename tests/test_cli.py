@@ -141,13 +141,13 @@ def _without_fast(monkeypatch):
     monkeypatch.setattr(store, "_load_builtin_backends", load)
 
 
-def test_a_missing_fast_backend_says_the_extension_was_not_built(monkeypatch):
+def test_con_1_a_missing_fast_backend_says_the_extension_was_not_built(monkeypatch):
     _without_fast(monkeypatch)
     with pytest.raises(ValueError, match=r"the C extension was not built: No module named 'mxrec_ref._fast'"):
         store.open_store(mxrec_ref.TableConfig("t", dim=4), backend="fast")
 
 
-def test_a_missing_fast_extension_is_named_by_a_real_import():
+def test_con_1_a_missing_fast_extension_is_named_by_a_real_import():
     probe = ("import sys; sys.modules['mxrec_ref._fast'] = None\n"      # the import of the extension fails
              "from mxrec_ref import TableConfig, open_store\n"
              "try:\n    open_store(TableConfig('t', dim=4), backend='fast')\n"
