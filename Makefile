@@ -22,10 +22,10 @@ bench: ext
 ext: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
-$(STAMP): setup.cfg setup.py pyproject.toml
+$(STAMP): setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "setuptools>=68" wheel "Cython>=3,<4" "numpy>=2,<3"
+	$(PY) -m pip install -q "setuptools>=77" wheel "Cython>=3,<4" "numpy>=2,<3"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
 	touch $@
 

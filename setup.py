@@ -1,13 +1,13 @@
 """Builds the Cython fast path (cext/*.pyx) into the mxrec_ref package.
 
-Metadata and dependencies are in setup.cfg; this file exists only because the
-extension list needs code (numpy's include directory, cythonize).
+Metadata, dependencies and packages are in pyproject.toml; this file exists only
+because the extension list needs code (numpy's include directory, cythonize).
 """
 from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, find_packages, setup
+from setuptools import Extension, setup
 
 HERE = Path(__file__).parent
 
@@ -25,9 +25,6 @@ extensions = [
 ]
 
 setup(
-    # mxRec's import paths live in mxrec_ref/compat/mx_rec and are opt-in (``mxrec-ref run``,
-    # ``import mxrec_ref.compat.enable_mx_rec``), so a real mxRec install is never shadowed.
-    packages=find_packages(include=["mxrec_ref", "mxrec_ref.*"]),
     ext_modules=cythonize(
         extensions,
         language_level=3,

@@ -66,7 +66,7 @@ def _positive(text: str) -> int:
 def run_suites(full: bool) -> dict:
     """One run of every suite, reduced to its ratios."""
     if not BENCH.is_dir():
-        raise FileNotFoundError(f"bench: no bench/ folder at {BENCH}; run from a source checkout")
+        raise FileNotFoundError(f"no bench/ folder at {BENCH}: the benchmarks run from a source checkout")
     env = dict(os.environ, MXREC_BENCH_PROFILE="full" if full else "quick", TF_CPP_MIN_LOG_LEVEL="3")
     with tempfile.TemporaryDirectory() as scratch:
         raw = Path(scratch) / "raw.json"
@@ -125,14 +125,30 @@ def compare(result: dict, baseline: dict, margin: float) -> list[str]:
     return problems
 
 
-def print_result(result: dict) -> None:
+def print_result(result: dict, width: int | None = None) -> None:
+    """The ratio table, as wide as the terminal: when a measure's name does not fit beside
+    its numbers, the name takes a line of its own and the numbers go on the next."""
+    import shutil
+
+    width = width or shutil.get_terminal_size().columns
     spread = any(len(entry.get("runs", ())) > 1 for entry in result["ratios"].values())
-    print(f"{'measure':72} {'ratio':>8}   {'runs (min-max)   ' if spread else ''}fast ms / other ms")
+    rows = []
     for name, entry in sorted(result["ratios"].items()):
         times = "" if entry["fast_ms"] is None else f"{entry['fast_ms']:.2f} / {entry['other_ms']:.2f}"
         runs = entry.get("runs", [entry["ratio"]])
         extent = f"{len(runs)} ({min(runs):.2f}-{max(runs):.2f})".ljust(17) if spread else ""
-        print(f"{name:72} {entry['ratio']:8.2f}   {extent}{times}")
+        rows.append((name, f"{entry['ratio']:8.2f}   {extent}{times}".rstrip()))
+    numbers = f"{'ratio':>8}   {'runs (min-max)   ' if spread else ''}fast ms / other ms"
+    name_width = max([len("measure")] + [len(name) for name, _ in rows])
+    if name_width + 1 + max(len(numbers), *(len(n) for _, n in rows)) <= width:
+        print(f"{'measure':{name_width}} {numbers}")
+        for name, figures in rows:
+            print(f"{name:{name_width}} {figures}")
+        return
+    print(f"measure\n    {numbers}")
+    for name, figures in rows:
+        print(name if len(name) <= width else name[:width - 1] + "…")
+        print(f"    {figures}")
 
 
 # ------------------------------------------------------------ history
@@ -323,7 +339,12 @@ def main(args) -> int:
         for number in range(args.repeat):
             if args.repeat > 1:
                 print(f"bench: run {number + 1} of {args.repeat}", flush=True)
-            runs.append(run_suites(args.full))
+            try:
+                runs.append(run_suites(args.full))
+            except subprocess.CalledProcessError as error:
+                print(f"mxrec-ref bench: the benchmark suites failed (pytest exit status {error.returncode}; "
+                      f"its output above says which)", file=sys.stderr)
+                return 1
     result = median_of_runs(runs)
     print_result(result)
     if not args.from_json or args.output:

@@ -2,42 +2,111 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import re
 import sys
+import traceback
+
+from . import __version__
+from . import errors as _errors
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help line ends with its default, except on-off flags (off unless given)
+    and options without one (their help says what happens when they are not given)."""
+
+    def _get_help_string(self, action):
+        if action.nargs == 0 or action.default is None:
+            return action.help
+        return super()._get_help_string(action)
+
+# Subcommands that import TensorFlow (its start-up lines are silenced for them unless --verbose).
+USES_TENSORFLOW = ("train", "run", "conformance")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mxrec-ref", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="store-only demo (no TensorFlow): a factorisation machine on a synthetic click log")
-    demo.add_argument("--backend", default="fast", choices=["fast", "ref"])
-    demo.add_argument("--rows", type=int, default=200_000)
-    demo.add_argument("--epochs", type=int, default=3)
-    demo.add_argument("--batch", type=int, default=2048)
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: given before or after the subcommand, neither parser's default hides the other's value
+    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help="show TensorFlow's C++ log lines, the mxrec_ref log at INFO level and the full "
+                             "chain of causes of an error")
+    parser = argparse.ArgumentParser(prog="mxrec-ref", description=__doc__, parents=[common],
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"mxrec-ref {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common], formatter_class=HelpFormatter)
+
+    demo = command("demo", "store-only demo (no TensorFlow): a factorisation machine on a synthetic click log")
+    demo.add_argument("--backend", default="fast", choices=["fast", "ref"], help="store backend")
+    demo.add_argument("--rows", type=_positive_int, default=200_000, help="rows of the synthetic click log")
+    demo.add_argument("--epochs", type=_positive_int, default=3, help="passes over the training rows")
+    demo.add_argument("--batch", type=_positive_int, default=2048, help="examples per step")
     from . import train as train_module
 
-    train_module.build_parser(commands.add_parser(
-        "train", help="train a Wide&Deep model through the TF layer (the main job; see `make demo`)"))
-    bench = commands.add_parser("bench", help="run the benchmarks and report ratios measured in one run")
+    train_module.build_parser(command("train", "train a Wide&Deep model through the TF layer (the main job; see "
+                                               "`make demo`)"))
+    bench = command("bench", "run the benchmarks (from a source checkout) and report ratios measured in one run")
     bench.add_argument("--full", action="store_true", help="1M-key tables (default: the quick profile, 10x smaller)")
     bench.add_argument("--compare", action="store_true", help="exit 1 when a ratio regresses past --margin")
     bench.add_argument("--baseline", help="baseline JSON (default: bench/baseline.json)")
-    bench.add_argument("--margin", type=float, default=0.30)
-    bench.add_argument("--output", help="where to write the ratios JSON (default: bench-ratios.json)")
+    bench.add_argument("--margin", type=float, default=0.30, help="how much worse than the baseline a ratio may be")
+    bench.add_argument("--output", help="where to write the ratios JSON (default: bench-ratios.json; with --trend "
+                                        "the PNG, default bench/trend.png; with --scaling the CSV/PNG prefix)")
     bench.add_argument("--scaling", action="store_true", help="lookup and training cost vs table size (CSV + PNG)")
-    bench.add_argument("--max-size", type=int, default=10**6, help="largest table for --scaling (10**7 opt-in)")
+    bench.add_argument("--max-size", type=_positive_int, default=10**6, help="largest table for --scaling (10**7 "
+                                                                            "opt-in)")
     from .benchmarks import add_history_arguments
 
     add_history_arguments(bench)
-    conformance = commands.add_parser("conformance", help="run the spec's rules against a store implementation")
+    conformance = command("conformance", "run the spec's rules against a store implementation")
     conformance.add_argument("--backend", default="ref,fast",
                              help="ref, fast or module:factory (a callable (config, optimizer) -> Store); "
                                   "comma-separated for several")
     conformance.add_argument("--deep", action="store_true", help="the deep hypothesis profile (2000 examples)")
-    conformance.add_argument("--rules", default="", help="only these rules or prefixes, e.g. ADM,EVI-3")
-    run = commands.add_parser("run", help="run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
-    run.add_argument("script")
-    run.add_argument("script_args", nargs=argparse.REMAINDER)
-    args = parser.parse_args(argv)
+    conformance.add_argument("--rules", default="", help="only these rules or prefixes, e.g. ADM,EVI-3 (default: all)")
+    run = command("run", "run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
+    run.add_argument("script", help="the Python script")
+    run.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    from .train import positive_int
+
+    return positive_int(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # MXREC_REF_VERBOSE=1 is --verbose for every command (mxrec_ref.tf.fatal reads it for plain scripts)
+    verbose = getattr(args, "verbose", False) or os.environ.get("MXREC_REF_VERBOSE", "") not in ("", "0")
+    logger = logging.getLogger("mxrec_ref")
+    level = logger.level
+    handler = _log_to_stderr(verbose)
+    try:
+        if args.command in USES_TENSORFLOW:
+            import_tensorflow_quietly(verbose)
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print(f"mxrec-ref {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        line = user_error_line(error)
+        if line is None:
+            raise                         # a bug, not a user error: the whole traceback
+        if verbose:
+            traceback.print_exception(error)
+        hint = "" if verbose else " (--verbose shows the cause)"
+        print(f"mxrec-ref {args.command}: {line}{hint}", file=sys.stderr)
+        return 2
+    finally:                              # main() may run in-process (tests, scripts): leave logging as it was
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _dispatch(args) -> int:
     if args.command == "run":
         return run_script(args.script, args.script_args)
     if args.command == "conformance":
@@ -49,18 +118,108 @@ def main(argv: list[str] | None = None) -> int:
 
         return benchmarks.main(args)
     if args.command == "train":
+        from . import train as train_module
+
         train_module.run(train_module.config_from_args(args))
     elif args.command == "demo":
         from . import demo as demo_module
+        from .store import available_backends, unknown_backend_reason
 
+        if args.backend not in available_backends():
+            raise _errors.UsageError(f"demo: backend: {unknown_backend_reason(args.backend)}")
         demo_module.run(args.backend, rows=args.rows, epochs=args.epochs, batch=args.batch)
     return 0
+
+
+# ------------------------------------------------------------ user errors
+_ERROR_NAMES = sorted(name for name, value in vars(_errors).items()
+                      if isinstance(value, type) and issubclass(value, _errors.MxrecError))
+# A store error raised inside a tf.numpy_function reaches Python as a TF OpError whose message
+# holds "CapacityError: table 'x': ..." on a line of its own.
+_ERROR_IN_TF_MESSAGE = re.compile(rf"^(?:mxrec_ref\.errors\.)?({'|'.join(_ERROR_NAMES)}): (.+)$", re.M)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def user_error_line(error: BaseException) -> str | None:
+    """One line for an error the user can fix (bad input, configuration, capacity, a missing
+    file), found anywhere in the chain of causes; None for anything else (a bug: let it show)."""
+    for cause in _causes(error):
+        if isinstance(cause, _errors.MxrecError):
+            return f"{type(cause).__name__}: {cause}"
+        if isinstance(cause, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)):
+            return str(cause)
+        if type(cause).__module__.startswith("tensorflow"):
+            match = _ERROR_IN_TF_MESSAGE.search(str(getattr(cause, "message", cause)))
+            if match:
+                return f"{match.group(1)}: {match.group(2)}"
+        if isinstance(cause, (ValueError, TypeError, EnvironmentError)) and _raised_by_mxrec_ref(cause):
+            return f"{type(cause).__name__}: {cause}"   # the TF layer's mxRec-style argument checks
+    return None
+
+
+def _causes(error: BaseException):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _raised_by_mxrec_ref(error: BaseException) -> bool:
+    """Whether the innermost frame of the error's traceback is in this package's code."""
+    tb = error.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)
+
+
+# ------------------------------------------------------------ quiet start
+def import_tensorflow_quietly(verbose: bool = False) -> None:
+    """Import TensorFlow without its start-up lines on stderr (oneDNN and CPU-feature notices,
+    absl's "log messages before InitializeLog" warning, printed once per shared library: they
+    bypass TF_CPP_MIN_LOG_LEVEL, so stderr is pointed at a file during the import and shown
+    only if the import fails).  Later C++ INFO and WARNING lines stay off through
+    TF_CPP_MIN_LOG_LEVEL=2 unless the user set it.  ``verbose``: leave everything as it is."""
+    if verbose or "tensorflow" in sys.modules:
+        return
+    import tempfile
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)   # deprecation notices of the TF1 API
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        except BaseException:
+            os.dup2(saved, 2)
+            captured.seek(0)
+            sys.stderr.write(captured.read().decode(errors="replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _log_to_stderr(verbose: bool) -> logging.Handler:
+    """The command's own handler for the library's log (the library installs none):
+    warnings (a full disk), and with --verbose every event (growth, eviction, checkpoints)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mxrec-ref: %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.INFO if verbose else logging.WARNING)
+    logger = logging.getLogger("mxrec_ref")
+    logger.addHandler(handler)
+    if verbose and logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    return handler
 
 
 def run_script(script: str, script_args: list[str]) -> int:
     """Like ``python SCRIPT ARGS``: as ``__main__``, the script's folder first on
     sys.path, with the ``mx_rec`` alias enabled for this process only."""
-    import os
     import runpy
 
     from .compat import alias
@@ -80,10 +239,13 @@ def run_script(script: str, script_args: list[str]) -> int:
         runpy.run_path(path, run_name="__main__")
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except Exception as error:  # noqa: BLE001 - the script's error: one line for a store error, and a prompt exit
+    except Exception as error:  # noqa: BLE001 - the script's error, and a prompt exit whatever threads still run
         from .tf import fatal
 
-        return fatal.report(error)
+        if user_error_line(error) is None and fatal.store_error_of(error) is None:
+            return fatal.report(error)          # a bug in the script: its traceback, status 1
+        fatal.shut_down_promptly()              # TF-13: the sessions close now, the watchdog is armed
+        raise                                   # main() prints it as one line, status 2
     return 0
 
 

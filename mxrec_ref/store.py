@@ -614,8 +614,7 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
     if backend not in _BACKENDS:
         _load_builtin_backends()
     if backend not in _BACKENDS:
-        raise ValueError(f"table {getattr(config, 'name', '?')!r}: backend: unknown backend {backend!r} "
-                         f"(available: {sorted(_BACKENDS)})")
+        raise ValueError(f"table {getattr(config, 'name', '?')!r}: backend: {unknown_backend_reason(backend)}")
     factory = _BACKENDS[backend]
     if hot_rows is not None:
         factory = functools.partial(factory, hot_rows=hot_rows)
@@ -638,12 +637,26 @@ def available_backends() -> list[str]:
     return sorted(_BACKENDS)
 
 
+def unknown_backend_reason(backend: str) -> str:
+    """Why ``backend`` cannot be opened, in one line (a missing fast path says why it is missing)."""
+    if backend == "fast" and _FAST_IMPORT_ERROR is not None:
+        return (f"the fast backend is unavailable: the C extension was not built: {_FAST_IMPORT_ERROR} "
+                f"(build it with `python setup.py build_ext --inplace`, or install from the sdist or a wheel)")
+    return f"unknown backend {backend!r} (available: {sorted(_BACKENDS)})"
+
+
+_FAST_IMPORT_ERROR: ImportError | None = None
+
+
 def _load_builtin_backends() -> None:
+    global _FAST_IMPORT_ERROR
     from .ref import RefStore
 
     register_backend("ref", RefStore)
     try:
         from .fast import FastStore
-    except ImportError:  # extension not built: only the reference is available
+    except ImportError as error:  # extension not built: only the reference is available
+        _FAST_IMPORT_ERROR = error
         return
+    _FAST_IMPORT_ERROR = None
     register_backend("fast", FastStore)

@@ -9,6 +9,7 @@ it doubles as the end-to-end check that such scripts run unchanged.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,40 +39,66 @@ class TrainConfig:
     sparse_learning_rate: float = 0.05
     dense_learning_rate: float = 0.001
     eval_every: int = 100
-    checkpoint_dir: str | None = None
+    checkpoint_dir: str | None = None   # None: a temporary folder, removed when the run ends
     save_checkpoint_steps: int = 200
     device_vocabulary_size: int = 50_000
     warm_start: str | None = None    # a checkpoint (or folder) to warm-start tables and dense variables from
+    ssd_data_path: str | None = None  # storage "ssd": the SSD tier's folder (None: temporary, removed at the end)
     seed: int = 0
     progress: bool = True
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``--steps 0`` would train nothing and divide by zero)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="mxrec-ref train")
+    from .cli import HelpFormatter
+
+    parser = parser or argparse.ArgumentParser(prog="mxrec-ref train", formatter_class=HelpFormatter)
     d = TrainConfig()
-    parser.add_argument("--backend", default=d.backend, choices=["fast", "ref"])
-    parser.add_argument("--storage", default=d.storage, choices=STORAGE_MODES,
-                        help="hbm: fixed device table; dynamic: dynamic expansion; ddr/ssd: host/disk tiers")
-    parser.add_argument("--data", default=d.data, help="'synthetic' (embedded default) or a MovieLens folder")
-    parser.add_argument("--rows", type=int, default=d.rows, help="rows of the synthetic data set")
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--batch-size", type=int, default=d.batch_size)
-    parser.add_argument("--dim", type=int, default=d.dim)
-    parser.add_argument("--access-threshold", type=int, default=d.access_threshold)
-    parser.add_argument("--eviction-threshold", type=int, default=d.eviction_threshold,
-                        help="seconds of data time; -1 disables eviction")
-    parser.add_argument("--evict-step-interval", type=int, default=d.evict_step_interval)
-    parser.add_argument("--sparse-optimizer", default=d.sparse_optimizer, choices=SPARSE_OPTIMIZERS)
-    parser.add_argument("--sparse-learning-rate", type=float, default=d.sparse_learning_rate)
-    parser.add_argument("--dense-learning-rate", type=float, default=d.dense_learning_rate)
-    parser.add_argument("--eval-every", type=int, default=d.eval_every)
-    parser.add_argument("--checkpoint-dir", default=d.checkpoint_dir)
-    parser.add_argument("--save-checkpoint-steps", type=int, default=d.save_checkpoint_steps)
-    parser.add_argument("--device-vocabulary-size", type=int, default=d.device_vocabulary_size)
-    parser.add_argument("--warm-start", default=d.warm_start,
-                        help="warm-start every table and dense variable from this checkpoint or folder")
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    add = parser.add_argument
+    add("--backend", default=d.backend, choices=["fast", "ref"],
+        help="store backend: the Cython fast path or the pure-Python reference model")
+    add("--storage", default=d.storage, choices=STORAGE_MODES,
+        help="hbm: fixed device table; dynamic: dynamic expansion; ddr/ssd: host/disk tiers")
+    add("--data", default=d.data, help="'synthetic' (generated, Criteo-shaped) or a MovieLens folder with ratings.csv")
+    add("--rows", type=positive_int, default=d.rows, help="rows of the synthetic data set")
+    add("--steps", type=positive_int, default=d.steps, help="training steps (global step to reach)")
+    add("--batch-size", type=positive_int, default=d.batch_size, help="examples per training step")
+    add("--dim", type=positive_int, default=d.dim, help="embedding dimension of the deep table")
+    add("--access-threshold", type=int, default=d.access_threshold,
+        help="accesses before a key is admitted (gets a row)")
+    add("--eviction-threshold", type=int, default=d.eviction_threshold,
+        help="evict keys unseen for this many seconds of data time; -1 disables eviction")
+    add("--evict-step-interval", type=positive_int, default=d.evict_step_interval,
+        help="steps between eviction passes (EvictHook)")
+    add("--sparse-optimizer", default=d.sparse_optimizer, choices=SPARSE_OPTIMIZERS,
+        help="hash optimizer of the embedding tables")
+    add("--sparse-learning-rate", type=float, default=d.sparse_learning_rate,
+        help="learning rate of the sparse optimizer")
+    add("--dense-learning-rate", type=float, default=d.dense_learning_rate,
+        help="learning rate of the dense (Adam) optimizer")
+    add("--eval-every", type=positive_int, default=d.eval_every, help="steps between test-set evaluations")
+    add("--checkpoint-dir", default=d.checkpoint_dir,
+        help="where checkpoints are kept (default: a temporary folder, removed at the end of the run)")
+    add("--save-checkpoint-steps", type=positive_int, default=d.save_checkpoint_steps,
+        help="steps between checkpoints")
+    add("--device-vocabulary-size", type=positive_int, default=d.device_vocabulary_size,
+        help="rows of the device tier (the dynamic mode starts at 1/16 of it and grows)")
+    add("--ssd-data-path", default=d.ssd_data_path,
+        help="--storage ssd: the SSD tier's folder (default: a temporary folder, removed at the end of the run)")
+    add("--warm-start", default=d.warm_start,
+        help="warm-start every table and dense variable from this checkpoint or folder")
+    add("--seed", type=int, default=d.seed, help="seed of the synthetic data and the initializers")
+    add("--no-progress", dest="progress", action="store_false", help="plain lines instead of a progress bar")
     return parser
 
 
@@ -86,22 +113,35 @@ def load_data(config: TrainConfig):
 
 
 def _sparse_optimizer(config: TrainConfig):
-    from .tf.optimizers import adagrad, ftrl, gradient_descent, lazy_adam
+    """The hash optimizer; with dynamic expansion, mxRec's by-address variant where it has
+    one (it requires them there; FTRL has none and is accepted with a warning)."""
+    from .tf.optimizers import (adagrad, adagrad_by_addr, ftrl, gradient_descent, gradient_descent_by_addr,
+                                lazy_adam, lazy_adam_by_addr)
 
     lr = config.sparse_learning_rate
-    return {"adagrad": lambda: adagrad.create_hash_optimizer(learning_rate=lr, initial_accumulator_value=0.1),
-            "lazy_adam": lambda: lazy_adam.create_hash_optimizer(learning_rate=lr),
-            "ftrl": lambda: ftrl.create_hash_optimizer(learning_rate=lr),
-            "sgd": lambda: gradient_descent.create_hash_optimizer(learning_rate=lr)}[config.sparse_optimizer]()
+    if config.storage == "dynamic":
+        choices = {"adagrad": lambda: adagrad_by_addr.create_hash_optimizer_by_address(
+                       learning_rate=lr, initial_accumulator_value=0.1),
+                   "lazy_adam": lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(learning_rate=lr),
+                   "sgd": lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(learning_rate=lr)}
+    else:
+        choices = {"adagrad": lambda: adagrad.create_hash_optimizer(learning_rate=lr, initial_accumulator_value=0.1),
+                   "lazy_adam": lambda: lazy_adam.create_hash_optimizer(learning_rate=lr),
+                   "sgd": lambda: gradient_descent.create_hash_optimizer(learning_rate=lr)}
+    choices["ftrl"] = lambda: ftrl.create_hash_optimizer(learning_rate=lr)
+    return choices[config.sparse_optimizer]()
 
 
 def _storage(config: TrainConfig) -> dict:
     vocab = config.device_vocabulary_size
+    if config.storage == "ssd":
+        if config.ssd_data_path is None:
+            raise ValueError("train: ssd_data_path: the ssd mode needs a folder (run() makes a temporary one)")
+        return dict(device_vocabulary_size=vocab, host_vocabulary_size=max(1, vocab // 4),
+                    ssd_vocabulary_size=16 * vocab, ssd_data_path=(config.ssd_data_path,))
     return {"hbm": dict(device_vocabulary_size=vocab),
             "dynamic": dict(device_vocabulary_size=max(1, vocab // 16)),
             "ddr": dict(device_vocabulary_size=vocab, host_vocabulary_size=4 * vocab),
-            "ssd": dict(device_vocabulary_size=vocab, host_vocabulary_size=max(1, vocab // 4),
-                        ssd_vocabulary_size=16 * vocab, ssd_data_path=(tempfile.mkdtemp(prefix="mxrec-ssd-"),)),
             }[config.storage]
 
 
@@ -138,33 +178,78 @@ def sparse_lookup_fn(mx, tables, specs, batch, is_train: bool):
                                                  is_train=is_train)
 
 
+def batches(dataset, batch_size: int, repeat: bool):
+    """The data set's batches as dicts of numpy columns (the input pipeline's feed).
+
+    ``repeat``: forever, each batch exactly ``batch_size`` rows, wrapping from the last
+    row to the first (what ``Dataset.repeat().batch(drop_remainder=True)`` gives); else
+    one pass, the last batch short."""
+    columns = {name: np.ascontiguousarray(dataset.categorical[:, i]) for i, name in enumerate(dataset.field_names)}
+    columns.update(dense=dataset.dense, label=dataset.labels, timestamp=dataset.timestamps)
+    n = len(dataset.labels)
+    if not repeat:
+        for start in range(0, n, batch_size):
+            yield {name: column[start:start + batch_size] for name, column in columns.items()}
+        return
+    start = 0
+    while True:
+        rows = (start + np.arange(batch_size)) % n
+        yield {name: column[rows] for name, column in columns.items()}
+        start = (start + batch_size) % n
+
+
+def batch_signature(tf, dataset, batch_size: int | None) -> dict:
+    """The ``tf.TensorSpec`` of each column of a batch from :func:`batches`."""
+    return {**{name: tf.TensorSpec([batch_size], tf.int64) for name in dataset.field_names},
+            "dense": tf.TensorSpec([batch_size, dataset.dense.shape[1]], tf.float32),
+            "label": tf.TensorSpec([batch_size], tf.float32), "timestamp": tf.TensorSpec([batch_size], tf.int64)}
+
+
 def _input(tf, dataset, batch_size: int, insert, repeat: bool):
-    features = {name: dataset.categorical[:, i] for i, name in enumerate(dataset.field_names)}
-    features.update(dense=dataset.dense, label=dataset.labels, timestamp=dataset.timestamps)
-    ds = tf.data.Dataset.from_tensor_slices(features)
-    if repeat:
-        ds = ds.repeat()
-    ds = ds.batch(batch_size, drop_remainder=repeat)
+    # Fed from a Python generator: the rows stay in this process instead of being embedded in
+    # the GraphDef as constants (``from_tensor_slices``), which checkpoints would copy.
+    ds = tf.data.Dataset.from_generator(lambda: batches(dataset, batch_size, repeat),
+                                        output_signature=batch_signature(tf, dataset, batch_size if repeat else None))
     # mxRec's timestamp feature is one scalar per batch: the batch's latest event time
     ds = ds.map(lambda b: {**b, "timestamp": tf.reduce_max(b["timestamp"])})
     return ds.map(insert).prefetch(2)
 
 
 def run(config: TrainConfig, echo=print) -> dict:
+    """Train and evaluate; scratch folders (checkpoints, SSD files) that the config does not
+    name are temporary and removed when the run ends, whether it succeeds or fails."""
+    import dataclasses
+
     import tensorflow as tf
 
     from . import tf as mx
+    from .errors import UsageError
+    from .store import available_backends, unknown_backend_reason
 
+    for name in ("steps", "eval_every", "batch_size"):
+        if getattr(config, name) < 1:
+            raise UsageError(f"train: {name}: must be an integer >= 1, got {getattr(config, name)!r}")
+    if config.backend not in available_backends():
+        raise UsageError(f"train: backend: {unknown_backend_reason(config.backend)}")
     data = load_data(config)
     train_data, test_data = data.split(0.85)
     if mx.is_initialized():
         mx.terminate_config_initializer()
-    mx.init(backend=config.backend, use_dynamic_expansion=config.storage == "dynamic")
-    try:
-        with tf.Graph().as_default():
-            return _train(tf, mx, config, data, train_data, test_data, echo)
-    finally:
-        mx.terminate_config_initializer()
+    named_checkpoint_dir = config.checkpoint_dir is not None
+    with contextlib.ExitStack() as scratch:
+        def temporary(prefix: str) -> str:
+            return scratch.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+
+        config = dataclasses.replace(
+            config, checkpoint_dir=config.checkpoint_dir or temporary("mxrec-train-"),
+            ssd_data_path=config.ssd_data_path or (temporary("mxrec-ssd-") if config.storage == "ssd" else None))
+        mx.init(backend=config.backend, use_dynamic_expansion=config.storage == "dynamic")
+        try:
+            with tf.Graph().as_default():
+                result = _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_dir)
+        finally:
+            mx.terminate_config_initializer()
+    return result
 
 
 @dataclass
@@ -212,7 +297,7 @@ def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
     return Graph(tables, specs, all_specs, loss, train_op, global_step, evicting)
 
 
-def _train(tf, mx, config, data, train_data, test_data, echo):
+def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_dir: bool):
     graph = build_training_graph(tf, mx, config, train_data)
     tables, specs, loss, train_op, global_step = graph.tables, graph.specs, graph.loss, graph.train_op, graph.global_step
     evicting = graph.evicting
@@ -226,11 +311,12 @@ def _train(tf, mx, config, data, train_data, test_data, echo):
     hooks = [evict_hook]
     if config.warm_start:
         hooks.append(mx.WarmStartHook(mx.WarmStartSettings(config.warm_start)))
-    checkpoint_dir = config.checkpoint_dir or tempfile.mkdtemp(prefix="mxrec-train-")
+    checkpoint_dir = config.checkpoint_dir
+    where = checkpoint_dir if named_checkpoint_dir else "a temporary folder (--checkpoint-dir keeps them)"
     echo(f"mxrec-ref train: Wide&Deep on {data.name} ({len(train_data.labels)} train / {len(test_data.labels)} test "
          f"rows, {len(data.field_names)} fields), backend={config.backend}, storage={config.storage}, "
          f"access_threshold={config.access_threshold}, eviction_threshold={config.eviction_threshold}, "
-         f"sparse optimizer={config.sparse_optimizer}; checkpoints in {checkpoint_dir}")
+         f"sparse optimizer={config.sparse_optimizer}; checkpoints in {where}")
     if data.best_scores is not None:
         echo(f"the hidden model's own test AUC is {auc(test_data.labels, test_data.best_scores):.4f}")
 
@@ -267,15 +353,18 @@ def _train(tf, mx, config, data, train_data, test_data, echo):
                 progress.note(f"step {step}: train logloss {history[-1]['train_loss']:.4f}  test AUC "
                               f"{test_auc:.4f}  test logloss {test_loss:.4f}  "
                               f"{len(losses) * config.batch_size / train_seconds:,.0f} examples/s")
+        if not history:            # resumed at or past --steps: nothing trained; say how good the model is
+            test_auc, test_loss = evaluate(session)
+            history.append({"step": step, "train_loss": float("nan"), "test_auc": test_auc, "test_loss": test_loss})
     elapsed = time.perf_counter() - started
     stats = {name: t.store.stats() for name, t in tables.items()}
     _print_stats(stats, echo)
-    examples_per_second = len(losses) * config.batch_size / train_seconds
+    examples_per_second = len(losses) * config.batch_size / train_seconds if train_seconds > 0 else 0.0
     echo(f"final: test AUC {history[-1]['test_auc']:.4f}, test logloss {history[-1]['test_loss']:.4f}, "
          f"{examples_per_second:,.0f} training examples/s ({len(losses)} steps; {elapsed:.1f}s in all with "
          f"evaluation)")
     return {"history": history, "stats": stats, "examples_per_second": examples_per_second,
-            "checkpoint_dir": checkpoint_dir}
+            "checkpoint_dir": checkpoint_dir if named_checkpoint_dir else None}
 
 
 class _progress:
@@ -316,16 +405,16 @@ def _print_stats(stats: dict, echo) -> None:
 
     columns = ("size", "capacity", "pending", "admitted", "evicted", "key_positions", "default_positions",
                "device_rows", "host_rows", "disk_rows", "hot_hit_positions")
+    # one row per statistic and one column per table: as narrow as the table names and numbers,
+    # so it fits an 80-column terminal however many statistics there are
     table = Table(title="per-table statistics")
-    table.add_column("table")
-    for name in columns:
+    table.add_column("statistic")
+    for name in stats:
         table.add_column(name, justify="right")
-    for name, s in stats.items():
-        table.add_row(name, *(f"{s[c]:,}" for c in columns))
+    for column in columns:
+        table.add_row(column, *(f"{s[column]:,}" for s in stats.values()))
     if echo is print:
-        console = Console()
-        console.width = max(console.width, 170)   # keep the numbers whole when not on a wide terminal
-        console.print(table)
+        Console().print(table)
     else:
         for name, s in stats.items():
             echo(f"{name}: " + ", ".join(f"{c}={s[c]}" for c in columns))

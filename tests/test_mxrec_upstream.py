@@ -164,7 +164,8 @@ def test_tf_13_a_failing_store_call_ends_the_script_with_one_line(failing_runs, 
     assert result.returncode != 0
     assert "NOT REACHED" not in result.stdout
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("mxrec-ref: error: " + MESSAGES[failure]), result.stderr[-3000:]
+    assert result.returncode == 2                      # a user error (CLI-2 of `mxrec-ref`)
+    assert last.startswith("mxrec-ref run: " + MESSAGES[failure]), result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
@@ -174,7 +175,7 @@ def test_tf_13_a_stuck_shutdown_still_ends(tmp_path):
     result = _run_script(tmp_path, FAILING_SCRIPT, "modify_graph", "dynamic", "capacity", "stuck", timeout=120,
                          env={"MXREC_REF_SHUTDOWN_GRACE_S": "2"})
     assert result.returncode == 1
-    assert result.stderr.strip().splitlines()[-1].startswith("mxrec-ref: error: " + MESSAGES["capacity"])
+    assert result.stderr.strip().splitlines()[-1].startswith("mxrec-ref run: " + MESSAGES["capacity"])
 
 
 def test_tf_13_verbose_shows_the_chain(tmp_path):

@@ -107,11 +107,12 @@ class ConfigInitializer:
             if not isinstance(value, (bool, int)) or value not in (0, 1):
                 raise ValueError(f"init: {name}: must be True or False, got {value!r}")
             setattr(self, name, bool(value))
-        backend = os.environ.get(BACKEND_ENV) or kwargs.get("backend", "fast")
-        from ..store import available_backends
+        # an explicit argument beats the environment variable, which beats the default
+        backend = kwargs.get("backend") or os.environ.get(BACKEND_ENV) or "fast"
+        from ..store import available_backends, unknown_backend_reason
 
         if backend not in available_backends():
-            raise ValueError(f"init: backend: unknown backend {backend!r} (available: {available_backends()})")
+            raise ValueError(f"init: backend: {unknown_backend_reason(backend)}")
         self.backend = backend
         self.restore_model_version = kwargs.get("restore_model_version")
         self.tables: dict = {}                 # name -> SparseTable, in creation order
@@ -148,7 +149,7 @@ class ConfigInitializer:
 
 def init(**kwargs) -> ConfigInitializer:
     """Create the configuration (mxRec's kwargs, plus ``backend="fast"|"ref"``,
-    overridable by the MXREC_REF_BACKEND environment variable)."""
+    the MXREC_REF_BACKEND environment variable when no backend is given)."""
     global _INSTANCE
     if _INSTANCE is not None:
         raise EnvironmentError("mx_rec has been initialized; call terminate_config_initializer() first")

@@ -13,7 +13,7 @@ MAX_INT32 = 2**31 - 1
 DEFAULT_EVICT_TIME_INTERVAL = 86400
 TRAIN_CHANNEL_ID = 0
 EVAL_CHANNEL_ID = 1
-BACKEND_ENV = "MXREC_REF_BACKEND"  # overrides init(backend=...)
+BACKEND_ENV = "MXREC_REF_BACKEND"  # the backend when init() is given none
 
 # Environment variables mxRec reads that have no meaning on one CPU process (NPU
 # channels, host thread pools, shared memory): accepted and logged once.
