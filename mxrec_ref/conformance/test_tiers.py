@@ -103,7 +103,7 @@ def test_tier_5_rows_carry_their_state_to_disk_and_back(backend, tmp_path):
 
 
 def test_tier_6_a_corrupt_record_is_reported_with_its_path(backend, tmp_path):
-    store = ssd(backend, tmp_path, device=3, host=1)
+    store = ssd(backend, tmp_path, device=2, host=1)
     for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
         store.lookup(batch, step=step)
     on_disk = [k for k in range(1, 7) if store.tier_of(keys(k))[0] == "disk"]
@@ -119,7 +119,7 @@ def test_tier_6_a_corrupt_record_is_reported_with_its_path(backend, tmp_path):
 
 
 def test_tier_6_a_truncated_file_is_reported_with_its_path(backend, tmp_path):
-    store = ssd(backend, tmp_path, device=3, host=1)
+    store = ssd(backend, tmp_path, device=2, host=1)
     for step, batch in enumerate([keys(1, 2), keys(3, 4), keys(5, 6)]):
         store.lookup(batch, step=step)
     path = next(Path(tmp_path).glob("t.*.ssd"))
@@ -205,7 +205,7 @@ def test_tier_8_checkpoints_move_between_modes(backend, tmp_path):
 
 
 def test_tier_9_files_must_not_preexist_and_go_with_the_store(backend, tmp_path):
-    store = ssd(backend, tmp_path, device=3, host=1)
+    store = ssd(backend, tmp_path, device=2, host=1)
     for step, batch in enumerate([keys(1, 2), keys(3, 4)]):
         store.lookup(batch, step=step)
     assert list(tmp_path.glob("t.*.ssd"))
