@@ -16,7 +16,7 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, settings
 
-from ..store import available_backends, register_backend
+from ..backends import available_backends, register_backend
 
 settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
