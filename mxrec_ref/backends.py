@@ -15,7 +15,7 @@ from .contract import Store
 from .errors import UsageError
 from .optimizers import SparseOptimizer
 from .ref import RefStore
-from .tiers import TieredStore, placement_for
+from .tiers import TieredStore
 
 try:
     from .fast import FastStore
@@ -58,7 +58,7 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
         raise UsageError(f"table {getattr(config, 'name', '?')!r}: {unknown[0]}: not an option of open_store "
                          f"(options: hot_rows, {', '.join(TIER_OPTIONS)})")
     if isinstance(config, TableConfig) and config.host_vocabulary_size > 0:
-        return TieredStore(config, optimizer, factory, placement_for(backend), **tier_options)
+        return TieredStore(config, optimizer, factory, backend=backend, **tier_options)   # CON-10
     if tier_options:
         raise UsageError(f"table {getattr(config, 'name', '?')!r}: {sorted(tier_options)[0]}: storage tier "
                          f"options need a host tier (host_vocabulary_size > 0)")

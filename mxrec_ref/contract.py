@@ -407,6 +407,51 @@ class Store(ABC):
         return grads
 
 
+class TierMoves(ABC):
+    """What a store offers so that the storage tiers (``mxrec_ref.tiers.TieredStore``) can sit in
+    front of it: a DDR or SSD table is the backend's in-memory store behind them (CON-10).
+
+    The tier wrapper calls the ``Store`` hooks (``_lookup``, ``_apply``, ``_evict``, ``_size``,
+    ``_stats``, ``_export``, ``_import_state``, ``_row_handles``, ``set_threshold``) and these.
+    None of them moves a statistic: the wrapper counts what crosses a tier (TIER-10).
+    ``open_store`` refuses to tier a store that is not a ``TierMoves``."""
+
+    device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
+    clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
+    clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
+
+    @abstractmethod
+    def _distinct(self, keys: np.ndarray) -> np.ndarray:
+        """The distinct keys of a batch in order of first occurrence (LKP-2), padding included."""
+
+    @abstractmethod
+    def _rows_of(self, keys: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Copies of what ``keys`` (all holding a row) carry to another tier:
+        (values, {slot: values}, counts, last_seen)."""
+
+    @abstractmethod
+    def _drop_rows(self, keys: np.ndarray) -> None:
+        """Forget ``keys`` (their rows moved to another tier): rows go on the free stack in the
+        given order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""
+
+    @abstractmethod
+    def _put_rows(self, keys: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray], counts: np.ndarray,
+                  last_seen: np.ndarray) -> None:
+        """Take back ``keys`` (not in the history) with the state they carry; rows are handed out
+        as for new keys (EXP-4) and always fit."""
+
+    @abstractmethod
+    def _admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys ascending, counts, last_seen) of every key holding a row."""
+
+
+def tier_moves_error(config: TableConfig, backend: str, store: Store) -> UsageError:
+    """CON-10: the error of a DDR or SSD table asked of a backend whose store cannot sit behind the tiers."""
+    return UsageError(f"table {config.name!r}: host_vocabulary_size: backend {backend!r} "
+                      f"({type(store).__name__}) cannot hold a DDR or SSD table: its store does not implement "
+                      f"mxrec_ref.contract.TierMoves (spec/contract.md, CON-10); use host_vocabulary_size=0")
+
+
 class InMemoryStore(Store):
     """What the reference and the fast backend share, written once: the statistics counters
     (STAT-*), the table clock (CON-5), the capacity rows and their growth (EXP-2, EXP-3, CKPT-6)

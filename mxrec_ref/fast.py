@@ -28,16 +28,18 @@ import numpy as np
 from . import hot
 from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
-from .contract import InMemoryStore
+from .contract import InMemoryStore, TierMoves
 from .initializers import counter_base, initial_rows
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
 from .state import PADDING_KEY, LookupResult, TableState
+from .tiers.placement import FastDevicePlacement
 
 F32 = np.float32
 
 
-class FastStore(InMemoryStore):
+class FastStore(InMemoryStore, TierMoves):
     backend_name = "fast"
+    device_placement = FastDevicePlacement       # CON-10, TIER-4
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
                  hot_rows: int | None = None):

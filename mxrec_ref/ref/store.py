@@ -12,17 +12,19 @@ import numpy as np
 
 from .. import hot
 from ..config import TableConfig
-from ..contract import InMemoryStore
+from ..contract import InMemoryStore, TierMoves
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..state import PADDING_KEY, LookupResult, TableState
+from ..tiers.placement import RefDevicePlacement
 from .optimizer_math import apply_update
 
 COUNT_MAX = 2**63 - 1  # counts saturate here (ADM-7)
 
 
-class RefStore(InMemoryStore):
+class RefStore(InMemoryStore, TierMoves):
     backend_name = "ref"
+    device_placement = RefDevicePlacement       # CON-10, TIER-4
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None):
         super().__init__(config, optimizer, hot_rows)

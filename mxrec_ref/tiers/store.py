@@ -29,7 +29,7 @@ import weakref
 import numpy as np
 
 from ..config import TableConfig
-from ..contract import Store
+from ..contract import Store, TierMoves, tier_moves_error
 from ..errors import CapacityError, DiskFullError, UsageError
 from ..optimizers import SparseOptimizer
 from ..state import PADDING_KEY, TableState
@@ -42,20 +42,23 @@ logger = logging.getLogger(__name__)
 
 class TieredStore(Store):
     """A DDR table (``host_vocabulary_size > 0``) or an SSD table
-    (``ssd_vocabulary_size > 0`` too) over ``inner``, an in-memory store of
-    the same backend."""
+    (``ssd_vocabulary_size > 0`` too) over the in-memory store ``inner_factory``
+    makes, a ``TierMoves`` (CON-10) that brings its own device placement."""
 
     tiered = True
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None, inner_factory, placement_factory,
-                 *, ssd_folder_limit_bytes: int | None = None, ssd_fault_hook=None):
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None, inner_factory, *,
+                 backend: str = "?", ssd_folder_limit_bytes: int | None = None, ssd_fault_hook=None):
         super().__init__(config, optimizer)
         if config.ssd_vocabulary_size == 0 and (ssd_folder_limit_bytes is not None or ssd_fault_hook is not None):
             raise UsageError(f"table {config.name!r}: ssd_folder_limit_bytes: SSD options need an SSD tier "
                              f"(ssd_vocabulary_size > 0)")
-        self._inner = inner_factory(in_memory_config(config), self.optimizer)
-        self.backend_name = self._inner.backend_name
-        self._device = placement_factory(config.device_vocabulary_size)
+        inner = inner_factory(in_memory_config(config), self.optimizer)
+        if not isinstance(inner, TierMoves):          # CON-10, before any file of the disk tier exists
+            raise tier_moves_error(config, backend, inner)
+        self._inner = inner
+        self.backend_name = inner.backend_name
+        self._device = inner.device_placement(config.device_vocabulary_size)
         self._disk = None
         if config.ssd_vocabulary_size > 0:
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
