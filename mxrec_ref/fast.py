@@ -77,7 +77,8 @@ class FastStore(InMemoryStore, TierMoves):
                             n_unique, id(self))
 
     def _train_lookup(self, unique, occurrences, step, timestamp, total):
-        """Count, admit and place rows (ADM-*, EXP-*); returns the lookup's
+        """Count (saturating, ADM-7), admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4;
+        a reused row starts again from the initializer, EVI-4); returns the lookup's
         (rows, admitted, hot index of each unique key or None).  All checks
         happen before the commit."""
         clock, source = self._training_clock(step, timestamp)
@@ -132,7 +133,7 @@ class FastStore(InMemoryStore, TierMoves):
 
     def _update(self, rows, positions, grads, step) -> None:
         """One optimizer step on ``rows``; scalars rounded to float32 exactly
-        as ref/optimizer_math.py rounds them."""
+        as ref/optimizer_math.py rounds them (OPT-7)."""
         opt, core, slot = self.optimizer, self._core, self._slot_index
         if isinstance(opt, SGD):
             decay = opt.weight_decay is not None
