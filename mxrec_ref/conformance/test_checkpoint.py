@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st
 
 from mxrec_ref import (Adagrad, CapacityError, CheckpointError, Ftrl, LazyAdam, TableConfig, open_store)
 
-from .helpers import assert_unchanged, keys, make_store, snapshot
+from .checks import assert_unchanged, keys, make_store, snapshot
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from mxrec_ref import UsageError, initializers
 
-from .helpers import keys, make_store
+from .checks import keys, make_store
 
 
 def _store(backend, **extra):

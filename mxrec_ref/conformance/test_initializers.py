@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from mxrec_ref import Adagrad, Ftrl, Initializer, LazyAdam, TableConfig, initializers
 
-from .helpers import keys, make_store
+from .checks import keys, make_store
 
 
 def test_init_1_first_row_independent_of_order_and_store(backend):

@@ -4,7 +4,7 @@ import pytest
 
 from mxrec_ref import SGD, Adagrad, Ftrl, GradientError, Initializer, LazyAdam
 
-from .helpers import assert_unchanged, keys, make_store, snapshot
+from .checks import assert_unchanged, keys, make_store, snapshot
 
 F32 = np.float32
 
