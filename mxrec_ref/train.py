@@ -86,7 +86,7 @@ def load_data(config: TrainConfig):
 
 
 def _sparse_optimizer(config: TrainConfig):
-    from .tf.optimizers import adagrad, ftrl, gradient_descent, lazy_adam
+    from .tf.optimizers import adagrad, ftrl, gradient_descent, lazy_adam   # local: TensorFlow loads for a run only
 
     lr = config.sparse_learning_rate
     return {"adagrad": lambda: adagrad.create_hash_optimizer(learning_rate=lr, initial_accumulator_value=0.1),
@@ -153,7 +153,7 @@ def _input(tf, dataset, batch_size: int, insert, repeat: bool):
 def run(config: TrainConfig, echo=print) -> dict:
     import tensorflow as tf
 
-    from . import tf as mx
+    from . import tf as mx   # local: TensorFlow loads for a run only, not for --help
 
     data = load_data(config)
     train_data, test_data = data.split(0.85)

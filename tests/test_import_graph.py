@@ -129,3 +129,44 @@ def test_nothing_below_the_registry_imports_it(low):
                 reachable.add(successor)
                 todo.append(successor)
     assert not reachable & {"mxrec_ref.backends", "mxrec_ref.store", PACKAGE}, sorted(reachable)
+
+
+# Function-local imports of the project's own modules whose reason is not written yet, in files
+# another change owns (the CLI loads commands lazily; the benchmark helpers); each should gain a
+# comment or move to the top of its module.
+UNEXPLAINED_LOCAL_IMPORTS = {"mxrec_ref.cli", "mxrec_ref.benchmarks"}
+
+
+def local_imports_without_reason(module: str, path: Path, known: set[str]) -> list[int]:
+    """Lines of function-level imports of project modules with no comment on the line or above it."""
+    lines = path.read_text().splitlines()
+    tree = ast.parse(path.read_text(), str(path))
+    bare = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                targets = [resolve(module, path.name == "__init__.py", node.level, node.module)]
+            if not any(name == PACKAGE or name.startswith(PACKAGE + ".") for name in targets):
+                continue
+            commented = "#" in lines[node.end_lineno - 1] or lines[node.lineno - 2].strip().startswith("#")
+            if not commented:
+                bare.append(node.lineno)
+    return sorted(set(bare))
+
+
+def test_function_local_imports_of_the_project_say_why():
+    known = modules()
+    found = {}
+    for name, path in known.items():
+        if name.startswith(EXCLUDED) or name in UNEXPLAINED_LOCAL_IMPORTS:
+            continue
+        lines = local_imports_without_reason(name, path, set(known))
+        if lines:
+            found[name] = lines
+    assert found == {}, f"function-local imports of mxrec_ref without a comment saying why: {found}"
