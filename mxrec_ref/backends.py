@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+from . import hot
 from .config import TableConfig
-from .contract import Store
+from .contract import InMemoryStore, Store
 from .errors import UsageError
 from .optimizers import SparseOptimizer
 from .ref import RefStore
@@ -57,6 +58,11 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
     if unknown:
         raise UsageError(f"table {getattr(config, 'name', '?')!r}: {unknown[0]}: not an option of open_store "
                          f"(options: hot_rows, {', '.join(TIER_OPTIONS)})")
+    if isinstance(config, TableConfig) and isinstance(_BACKENDS[backend], type) \
+            and issubclass(_BACKENDS[backend], InMemoryStore):
+        # The environment is read here, once per store, and passed down (HOT-1); a third-party
+        # factory that is no InMemoryStore reads what it needs itself.
+        factory = functools.partial(factory, hot_update_step=hot.update_step(config.name))
     if isinstance(config, TableConfig) and config.host_vocabulary_size > 0:
         return TieredStore(config, optimizer, factory, backend=backend, **tier_options)   # CON-10
     if tier_options:

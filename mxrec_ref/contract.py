@@ -457,9 +457,11 @@ class InMemoryStore(Store):
     (STAT-*), the table clock (CON-5), the capacity rows and their growth (EXP-2, EXP-3, CKPT-6)
     and the hot schedule (HOT-1, HOT-2).  A subclass keeps its rows; it calls these rules."""
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None):
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
+                 hot_update_step: int | None = None):
         super().__init__(config, optimizer)
-        self._hot_step = hot.update_step(config.name)                           # HOT-1
+        # HOT-1: open_store reads HOT_EMB_UPDATE_STEP once and passes it; a store built directly reads it here.
+        self._hot_step = hot.update_step(config.name) if hot_update_step is None else hot_update_step
         self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
         self._counters = {name: 0 for name in STAT_NAMES}
         self._capacity_rows = config.table_capacity

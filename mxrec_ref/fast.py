@@ -42,8 +42,8 @@ class FastStore(InMemoryStore, TierMoves):
     device_placement = FastDevicePlacement       # CON-10, TIER-4
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
-                 hot_rows: int | None = None):
-        super().__init__(config, optimizer, hot_rows)
+                 hot_rows: int | None = None, hot_update_step: int | None = None):
+        super().__init__(config, optimizer, hot_rows, hot_update_step)
         self._default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
         initial = self.optimizer.slot_initial_values()
         # A slot without an initial value keeps what its row held, as in the

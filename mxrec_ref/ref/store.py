@@ -26,8 +26,9 @@ class RefStore(InMemoryStore, TierMoves):
     backend_name = "ref"
     device_placement = RefDevicePlacement       # CON-10, TIER-4
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None):
-        super().__init__(config, optimizer, hot_rows)
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
+                 hot_update_step: int | None = None):
+        super().__init__(config, optimizer, hot_rows, hot_update_step)
         self._reset()
 
     def _reset(self) -> None:
