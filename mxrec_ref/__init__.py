@@ -11,7 +11,9 @@ from .config import Initializer, TableConfig
 from .errors import (CapacityError, CheckpointError, ConfigError, DiskCorruptionError, DiskFullError, GradientError,
                      KeyInputError, MxrecError, UsageError)
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
-from .store import STAT_NAMES, LookupResult, Store, TableState, available_backends, open_store
+from .backends import available_backends, open_store
+from .contract import Store
+from .state import STAT_NAMES, LookupResult, TableState
 
 __version__ = "0.1.0"
 

@@ -45,7 +45,7 @@ import numpy as np
 from .config import TableConfig
 from .errors import CheckpointError
 from .optimizers import SparseOptimizer
-from .store import TableState
+from .state import TableState
 
 FORMAT_VERSION = 1
 _INT64 = np.dtype("<i8")

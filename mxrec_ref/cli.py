@@ -123,7 +123,7 @@ def _dispatch(args) -> int:
         train_module.run(train_module.config_from_args(args))
     elif args.command == "demo":
         from . import demo as demo_module
-        from .store import available_backends, unknown_backend_reason
+        from .backends import available_backends, unknown_backend_reason
 
         if args.backend not in available_backends():
             raise _errors.UsageError(f"demo: backend: {unknown_backend_reason(args.backend)}")

@@ -178,7 +178,8 @@ class TableConfig:
     @property
     def table_capacity(self) -> int:
         """Rows a fixed-size table holds: the device tier plus the host and SSD
-        tiers, which behave as one flat tier until tiering lands (CFG-10)."""
+        tiers (CFG-10).  A DDR or SSD table's host and disk tiers grow, so its
+        ``capacity()`` is at least this (mxrec_ref/tiers/store.py, TIER-2)."""
         return self.device_vocabulary_size + self.host_vocabulary_size + self.ssd_vocabulary_size
 
     @property

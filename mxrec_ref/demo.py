@@ -19,7 +19,7 @@ import numpy as np
 from .config import Initializer, TableConfig
 from .optimizers import Adagrad
 from .metrics import auc
-from .store import open_store
+from .backends import open_store
 
 FIELD_CARDINALITIES = (1460, 583, 305, 24, 12517, 633, 93, 5683, 3194, 27, 14992, 5461)
 ZIPF_EXPONENT = 1.05

@@ -1,10 +1,12 @@
 """The fast store: the reference's rules over the Cython core in cext/_fast.pyx.
 
 ``FastStore`` must agree bit for bit with ``mxrec_ref.ref.RefStore`` after
-every call (tests/test_differential.py).  The split:
+every call (the comparison machines of mxrec_ref/conformance/machines.py, run
+by mxrec_ref/conformance/test_differential.py).  The split:
 
-* here, in Python: everything that raises, the capacity and growth rule, the
-  table clock, the statistics counters, the initializer call and the
+* here, in Python: everything that raises, the calls of the rules both
+  backends share (mxrec_ref/contract.py: the capacity and growth rule, the
+  table clock, the statistics counters, the hot schedule), the initializer call and the
   optimizer's scalar hyper-parameters (rounded to float32 exactly as
   ``ref/optimizer_math.py`` rounds them);
 * in ``mxrec_ref._fast.FastCore``: the key history (hash map), row placement,
@@ -16,8 +18,8 @@ every call (tests/test_differential.py).  The split:
   hot is ``mxrec_ref.hot``'s policy, applied here as in the reference.
 
 A training lookup is planned (nothing changes), checked, then committed, so
-an error leaves the store as it was (CON-4).  Messages are copied from the
-reference so both backends fail identically.
+an error leaves the store as it was (CON-4).  Every message comes from the
+contract, so both backends fail identically.
 """
 from __future__ import annotations
 
@@ -26,31 +28,28 @@ import numpy as np
 from . import hot
 from ._fast import FastCore, mix_bits, uniform_rows
 from .config import TableConfig
+from .contract import InMemoryStore, TierMoves
 from .initializers import counter_base, initial_rows
 from .optimizers import SGD, Adagrad, Ftrl, LazyAdam, SparseOptimizer
-from .store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
+from .state import PADDING_KEY, LookupResult, TableState
+from .tiers.placement import FastDevicePlacement
 
 F32 = np.float32
 
 
-class FastStore(Store):
+class FastStore(InMemoryStore, TierMoves):
     backend_name = "fast"
+    device_placement = FastDevicePlacement       # CON-10, TIER-4
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
-                 hot_rows: int | None = None):
-        super().__init__(config, optimizer)
-        self._hot_step = hot.update_step(config.name)                  # HOT-1
-        self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
+                 hot_rows: int | None = None, hot_update_step: int | None = None):
+        super().__init__(config, optimizer, hot_rows, hot_update_step)
         self._default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
         initial = self.optimizer.slot_initial_values()
         # A slot without an initial value keeps what its row held, as in the
         # reference's _place (only possible for a custom optimizer).
         self._core = FastCore(config.dim, [initial.get(name) for name in self.optimizer.slot_names])
         self._slot_index = {name: i for i, name in enumerate(self.optimizer.slot_names)}
-        self._counters = {name: 0 for name in STAT_NAMES}
-        self._capacity_rows = config.table_capacity
-        self.clock: int | None = None
-        self.clock_source: str | None = None
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
@@ -71,19 +70,18 @@ class FastStore(Store):
             padding, with_row, hot_hits = core.position_stats_hot(keys, inverse, admitted, hot_index)
             self._counters["hot_hit_positions"] += hot_hits
         self._count_positions(train, keys.size, padding, with_row)
-        if train and hot.is_refresh_due(self._counters["train_lookups"], self._hot_step):
-            self._refresh_hot()
+        self._refresh_hot_if_due(train)
         if total > n_unique:
             unique = np.concatenate([unique, np.full(total - n_unique, PADDING_KEY, dtype=np.int64)])
         return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
                             n_unique, id(self))
 
     def _train_lookup(self, unique, occurrences, step, timestamp, total):
-        """Count, admit and place rows (ADM-*, EXP-*); returns the lookup's
+        """Count (saturating, ADM-7), admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4;
+        a reused row starts again from the initializer, EVI-4); returns the lookup's
         (rows, admitted, hot index of each unique key or None).  All checks
         happen before the commit."""
-        source = self._check_clock_source(self.clock_source, timestamp)
-        time = timestamp if source == "timestamp" else step
+        clock, source = self._training_clock(step, timestamp)
         core = self._core
         tags, new_counts, admit, n_new, hot_index = core.plan_train_hot(
             unique, occurrences, self.effective_coefficient(), self.config.admit_threshold)
@@ -92,7 +90,6 @@ class FastStore(Store):
         if len(admit):
             # The shared initializer, in first-occurrence order (INIT-1).
             init = _initial_rows(self.config, unique[admit])
-        clock = time if self.clock is None else max(self.clock, time)
         rows, admitted = core.commit_train(unique, tags, new_counts, admit, n_new, clock, init,
                                            self._capacity_rows, total, self._default_row, hot_index)
         self.clock, self.clock_source = clock, source
@@ -109,14 +106,6 @@ class FastStore(Store):
             keys, counts = _hot_candidates(*core.hot_candidates(n), n)
             chosen = hot.choose_hot_keys(keys, counts, n)
         core.set_hot(chosen)
-        self._counters["hot_refreshes"] += 1
-
-    def _reserve(self, n_new: int) -> None:
-        """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
-        capacity = self._grown_capacity(self._core.size + n_new, self._capacity_rows)
-        if capacity != self._capacity_rows:
-            self._capacity_rows = capacity
-            self._counters["growths"] += 1
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
@@ -130,9 +119,7 @@ class FastStore(Store):
         if bad >= 0:
             core.restore_rows(rows, saved)
             raise self._overflow_error(int(keys[positions[bad]]))
-        self._counters["grad_applies"] += 1
-        self._counters["grad_rows_applied"] += len(rows)
-        self._counters["grad_rows_dropped"] += len(keys) - len(rows)
+        self._count_applied(len(keys), len(rows))
         return len(rows)
 
     def _backup_buffer(self, n: int) -> np.ndarray:
@@ -146,7 +133,7 @@ class FastStore(Store):
 
     def _update(self, rows, positions, grads, step) -> None:
         """One optimizer step on ``rows``; scalars rounded to float32 exactly
-        as ref/optimizer_math.py rounds them."""
+        as ref/optimizer_math.py rounds them (OPT-7)."""
         opt, core, slot = self.optimizer, self._core, self._slot_index
         if isinstance(opt, SGD):
             decay = opt.weight_decay is not None
@@ -179,11 +166,10 @@ class FastStore(Store):
 
     # ------------------------------------------------------------ eviction
     def _evict(self, now):
-        if now is None:
-            now = self.clock
-        if now is None:
+        cutoff = self._eviction_cutoff(now, self.clock)
+        if cutoff is None:
             return np.zeros(0, dtype=np.int64)
-        expired = self._core.expired_keys(now - self.config.eviction_threshold)
+        expired = self._core.expired_keys(cutoff)                # last_seen <= cutoff (EVI-1)
         admitted, pending = self._core.remove_keys(expired)   # ascending key order (EVI-3)
         self._counters["evicted"] += admitted
         self._counters["evicted_pending"] += pending
@@ -193,16 +179,9 @@ class FastStore(Store):
     def _size(self) -> int:
         return self._core.size
 
-    def _capacity(self) -> int:
-        return self._capacity_rows
-
     def _stats(self):
-        stats = dict(self._counters)
-        stats["size"] = self._core.size
-        stats["capacity"] = self._capacity_rows
-        stats["pending"] = self._core.history_size - self._core.size
-        stats["hot_rows"] = self._core.hot_size
-        return stats
+        core = self._core
+        return self._counter_stats(size=core.size, history=core.history_size, hot_rows=core.hot_size)
 
     def _row_handles(self, keys):
         return self._core.row_handles(keys)
@@ -242,7 +221,7 @@ class FastStore(Store):
 
     def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
         """Take back ``keys`` with the state they carry; no counter moves."""
-        self._capacity_rows = max(self._capacity_rows, self._core.size + len(keys))
+        self._hold_at_least(self._core.size + len(keys))
         self._core.put_rows(_int64(keys), _int64(counts), _int64(last_seen), values,
                             [slots[name] for name in self._slot_index], self._capacity_rows)
 
@@ -275,11 +254,7 @@ class FastStore(Store):
         slot_arrays = [state.slots[name] for name in self._slot_index]
         core.clear()
         self.clock = self.clock_source = None
-        n = len(state.keys)
-        self._capacity_rows = self.config.table_capacity
-        if self.config.dynamic_expansion:
-            self._capacity_rows = max(self.config.table_capacity, n)
-        core.load_rows(self._capacity_rows, state.values, slot_arrays)
+        core.load_rows(self._capacity_after_import(len(state.keys)), state.values, slot_arrays)
         core.load_entries(_int64(state.keys), _int64(state.counts), _int64(state.last_seen), True)
         core.load_entries(_int64(state.pending_keys), _int64(state.pending_counts),
                           _int64(state.pending_last_seen), False)

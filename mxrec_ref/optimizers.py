@@ -142,7 +142,9 @@ class Ftrl(SparseOptimizer):
     @property
     def uses_sqrt(self) -> bool:
         """lr_power = -0.5 (the default) is computed with sqrt, exactly; other
-        powers use powf, where backends may differ by a few ulp (OPT-7)."""
+        powers are numpy's float32 ``np.power`` in both backends (the fast
+        kernels take them from numpy: numpy's SIMD power and libm's powf differ
+        in the last bit), so backends agree on one machine (OPT-7)."""
         return float(self.learning_rate_power) == -0.5
 
 

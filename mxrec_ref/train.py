@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import data as datasets
+from .backends import available_backends, unknown_backend_reason
+from .errors import UsageError
 from .metrics import auc, log_loss
 
 SPARSE_OPTIMIZERS = ("adagrad", "lazy_adam", "ftrl", "sgd")
@@ -60,9 +62,9 @@ def positive_int(text: str) -> int:
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    from .cli import HelpFormatter
-
-    parser = parser or argparse.ArgumentParser(prog="mxrec-ref train", formatter_class=HelpFormatter)
+    """The training job's options, on ``parser`` (the CLI's ``train`` subcommand) or a parser of their own."""
+    parser = parser or argparse.ArgumentParser(prog="mxrec-ref train",
+                                               formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     d = TrainConfig()
     add = parser.add_argument
     add("--backend", default=d.backend, choices=["fast", "ref"],
@@ -115,6 +117,7 @@ def load_data(config: TrainConfig):
 def _sparse_optimizer(config: TrainConfig):
     """The hash optimizer; with dynamic expansion, mxRec's by-address variant where it has
     one (it requires them there; FTRL has none and is accepted with a warning)."""
+    # local: TensorFlow loads for a run only
     from .tf.optimizers import (adagrad, adagrad_by_addr, ftrl, gradient_descent, gradient_descent_by_addr,
                                 lazy_adam, lazy_adam_by_addr)
 
@@ -222,9 +225,7 @@ def run(config: TrainConfig, echo=print) -> dict:
 
     import tensorflow as tf
 
-    from . import tf as mx
-    from .errors import UsageError
-    from .store import available_backends, unknown_backend_reason
+    from . import tf as mx   # local: TensorFlow loads for a run only, not for --help
 
     for name in ("steps", "eval_every", "batch_size"):
         if getattr(config, name) < 1:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import mxrec_ref
-from mxrec_ref import cli, store, train
+from mxrec_ref import backends, cli, store, train
 from mxrec_ref import data as datasets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,11 +134,11 @@ def test_a_bad_data_path_is_one_line_with_exit_2(tmp_path, capsys):
 def _without_fast(monkeypatch):
     """The state of a build whose extension failed to compile."""
     def load():
-        store.register_backend("ref", __import__("mxrec_ref.ref", fromlist=["RefStore"]).RefStore)
-        monkeypatch.setattr(store, "_FAST_IMPORT_ERROR", ImportError("No module named 'mxrec_ref._fast'"))
+        backends.register_backend("ref", __import__("mxrec_ref.ref", fromlist=["RefStore"]).RefStore)
+        monkeypatch.setattr(backends, "_FAST_IMPORT_ERROR", ImportError("No module named 'mxrec_ref._fast'"))
 
-    monkeypatch.setattr(store, "_BACKENDS", {})
-    monkeypatch.setattr(store, "_load_builtin_backends", load)
+    monkeypatch.setattr(backends, "_BACKENDS", {})
+    monkeypatch.setattr(backends, "_load_builtin_backends", load)
 
 
 def test_con_1_a_missing_fast_backend_says_the_extension_was_not_built(monkeypatch):

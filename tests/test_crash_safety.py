@@ -12,7 +12,7 @@ import pytest
 
 from mxrec_ref import CheckpointError
 
-from mxrec_ref.conformance.helpers import keys, make_store
+from mxrec_ref.conformance.checks import keys, make_store
 
 CHILD = Path(__file__).parent / "crash_child.py"
 

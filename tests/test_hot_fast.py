@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import initialize, rule, run_state_machine_as_test
 
 from mxrec_ref import SGD, Adagrad, ConfigError, Ftrl, LazyAdam, TableConfig, hot, open_store
-from mxrec_ref.conformance.helpers import call_capturing
+from mxrec_ref.conformance.checks import call_capturing
 from mxrec_ref.conformance.machines import StoreComparison
 from mxrec_ref.conformance.strategies import gradients, initializers, table_configs
 from mxrec_ref.fast import _hot_candidates

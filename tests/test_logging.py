@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mxrec_ref import Adagrad, CapacityError, DiskFullError, TableConfig, open_store
-from mxrec_ref.conformance.helpers import keys
+from mxrec_ref.conformance.checks import keys
 
 
 @pytest.fixture

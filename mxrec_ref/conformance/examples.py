@@ -1,13 +1,5 @@
-"""Deliberately broken stores: the conformance suite must catch them."""
-from __future__ import annotations
+"""The old name of ``mxrec_ref.conformance.broken_stores``, kept so that
+``mxrec-ref conformance --backend mxrec_ref.conformance.examples:EarlyAdmissionStore`` still works."""
+from .broken_stores import EarlyAdmissionStore
 
-from ..ref import RefStore
-
-
-class EarlyAdmissionStore(RefStore):
-    """Admits a key one access too early (count >= threshold - 1): violates ADM-2."""
-
-    backend_name = "early-admission"
-
-    def _admit_threshold(self) -> int:
-        return max(1, self.config.admit_threshold - 1)
+__all__ = ["EarlyAdmissionStore"]

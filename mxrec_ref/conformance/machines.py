@@ -26,7 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mxrec_ref import open_store
 
-from .helpers import assert_same_result, call_capturing
+from .checks import assert_same_result, call_capturing
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 ALL_STATS = None           # excluded_stats(): leave every statistic out of the comparison

@@ -16,7 +16,7 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, settings
 
-from ..store import available_backends, register_backend
+from ..backends import available_backends, register_backend
 
 # "ci" reports the first failure only: shrinking a second one of a stateful machine costs a minute
 # and names no rule the first does not.

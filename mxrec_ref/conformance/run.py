@@ -7,13 +7,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..backends import available_backends, unknown_backend_reason
+from . import plugin
+
 
 def main(args) -> int:
     import pytest
     from hypothesis import settings
     from hypothesis.configuration import set_hypothesis_home_dir
-
-    from . import plugin
 
     specs = [s.strip() for s in args.backend.split(",") if s.strip()]
     if not specs:
@@ -45,8 +46,6 @@ def main(args) -> int:
 def backend_problem(spec: str) -> str | None:
     """Why ``spec`` cannot be tested, in one line, or None: a built-in name that is not
     available, or a ``module:factory`` whose module does not import or lacks the factory."""
-    from ..store import available_backends, unknown_backend_reason
-
     if ":" not in spec:
         return None if spec in available_backends() else unknown_backend_reason(spec)
     module, _, attribute = spec.partition(":")

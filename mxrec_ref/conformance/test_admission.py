@@ -4,7 +4,7 @@ import pytest
 
 from mxrec_ref import UsageError
 
-from .helpers import keys, make_store
+from .checks import keys, make_store
 
 
 def test_adm_8_worked_example_from_mxrec(backend):

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from mxrec_ref import (Adagrad, CapacityError, CheckpointError, Ftrl, LazyAdam, TableConfig, open_store)
+from mxrec_ref import (Adagrad, CapacityError, CheckpointError, Ftrl, LazyAdam, TableConfig, checkpoint, initializers,
+                       open_store)
 
-from .helpers import assert_unchanged, keys, make_store, snapshot
+from .checks import assert_unchanged, keys, make_store, snapshot
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 
@@ -121,8 +122,6 @@ def test_ckpt_6_loaded_rows_are_dense_in_key_order(backend, tmp_path):
 
 
 def test_ckpt_7_new_rows_after_load_start_from_initializer(backend, tmp_path):
-    from mxrec_ref import initializers
-
     store = make_store(backend, device_vocabulary_size=8)
     store.lookup(keys(1), step=0)
     store.save(tmp_path)
@@ -199,8 +198,6 @@ def test_ckpt_9_an_incremental_save_into_its_own_chain_is_refused(backend, tmp_p
 
 
 def test_ckpt_9_a_delta_chain_that_loops_raises_checkpoint_error(backend, tmp_path):
-    from mxrec_ref import checkpoint
-
     store = _trained(backend)
     store.save(tmp_path / "a")
     store.lookup(keys(9), step=9)
@@ -274,8 +271,6 @@ def test_ckpt_10_a_failed_save_leaves_the_old_table_and_no_temporary_folder(back
     """A full disk (ENOSPC) in the middle of a save: CheckpointError with the
     OSError as its cause; the table folder holds the old version; nothing else."""
     import errno
-    from mxrec_ref import checkpoint
-
     store = _trained(backend)
     store.save(tmp_path)
     saved = store.export()
@@ -323,8 +318,6 @@ def test_ckpt_10_a_save_removes_temporary_folders_of_dead_processes(backend, tmp
 def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path, monkeypatch):
     """Deterministically: while a load reads the table, another save replaces
     (and deletes) the version it opened; the load reads the new version whole."""
-    from mxrec_ref import checkpoint
-
     old, new = _trained(backend), _trained(backend)
     new.lookup(keys(30, 31), step=9)
     old.save(tmp_path)

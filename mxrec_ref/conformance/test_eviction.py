@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from mxrec_ref import UsageError, initializers
+from mxrec_ref import Adagrad, UsageError, initializers
 
-from .helpers import keys, make_store
+from .checks import keys, make_store
 
 
 def _store(backend, **extra):
@@ -56,8 +56,6 @@ def test_evi_3_returns_sorted(backend):
 
 
 def test_evi_4_reused_row_restarts_from_initializer(backend):
-    from mxrec_ref import Adagrad
-
     store = make_store(backend, Adagrad(learning_rate=0.5), device_vocabulary_size=1,
                        access_threshold=1, eviction_threshold=1)
     result = store.lookup(keys(1), step=0)

@@ -4,7 +4,7 @@ import pytest
 
 from mxrec_ref import CapacityError
 
-from .helpers import assert_unchanged, keys, make_store, snapshot
+from .checks import assert_unchanged, keys, make_store, snapshot
 
 
 def test_exp_1_one_row_per_key(backend):

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st
 
 from mxrec_ref import ConfigError, MxrecError, TableConfig, open_store
 
-from .helpers import keys
+from .checks import keys
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from mxrec_ref import (SGD, KeyInputError, TableConfig, UsageError, available_backends, open_store)
 
-from .helpers import assert_unchanged, keys, make_store, snapshot
+from .checks import assert_unchanged, keys, make_store, snapshot
 
 
 def test_con_1_new_store_is_empty(backend):

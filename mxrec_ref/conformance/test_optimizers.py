@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from mxrec_ref import SGD, Adagrad, Ftrl, GradientError, Initializer, LazyAdam
+from mxrec_ref import SGD, Adagrad, Ftrl, GradientError, Initializer, LazyAdam, available_backends, open_store
 
-from .helpers import assert_unchanged, keys, make_store, snapshot
+from .checks import assert_unchanged, keys, make_store, snapshot
 
 F32 = np.float32
 
@@ -166,8 +166,6 @@ def test_opt_3_an_update_that_overflows_is_rejected_and_changes_nothing(backend,
 
 
 def test_opt_3_overflow_errors_agree_between_backends():
-    from mxrec_ref import available_backends
-
     if "fast" not in available_backends():
         pytest.skip("the fast path is not built")
     errors = []
@@ -183,8 +181,6 @@ def test_opt_3_overflow_errors_agree_between_backends():
 
 
 def test_opt_3_a_rejected_update_leaves_hot_rows_as_they_were(backend, monkeypatch):
-    from mxrec_ref import open_store
-
     monkeypatch.setenv("HOT_EMB_UPDATE_STEP", "1")          # refresh the hot set after every training lookup
     store = open_store(_constant_store(backend, SGD(learning_rate=10.0)).config, SGD(learning_rate=10.0),
                        backend=backend, hot_rows=4)

@@ -1,12 +1,12 @@
 """Property tests of the store's invariants on random call sequences, each
-backend on its own (the backends are compared in test_differential.py)."""
+backend on its own (the backends are compared by machines.py, run in test_differential.py)."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
 from mxrec_ref import MxrecError, open_store
 
-from .helpers import assert_unchanged, snapshot
+from .checks import assert_unchanged, snapshot
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 operations = st.lists(

@@ -3,7 +3,7 @@ import numpy as np
 
 from mxrec_ref import STAT_NAMES, CapacityError
 
-from .helpers import keys, make_store
+from .checks import keys, make_store
 
 
 def test_stat_1_names_and_order(backend):

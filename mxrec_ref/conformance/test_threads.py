@@ -5,7 +5,7 @@ import numpy as np
 
 from mxrec_ref import SGD, Initializer
 
-from .helpers import make_store
+from .checks import make_store
 
 N_THREADS = 4
 ROUNDS = 60

@@ -10,7 +10,7 @@ import pytest
 from mxrec_ref import (Adagrad, CapacityError, ConfigError, DiskCorruptionError, DiskFullError, MxrecError,
                        TableConfig, UsageError, open_store)
 
-from .helpers import assert_unchanged, keys, snapshot
+from .checks import assert_unchanged, keys, snapshot
 
 
 def ddr(backend, device=3, host=4, **extra):

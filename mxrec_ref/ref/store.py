@@ -2,7 +2,9 @@
 
 Every rule of spec/ is implemented here in the most direct way; speed does not
 matter.  The fast path must agree with this module after every call
-(tests/test_differential.py).  Rule ids in comments point to spec/.
+(the comparison machines of mxrec_ref/conformance/machines.py, run by
+mxrec_ref/conformance/test_differential.py).  Rule ids in comments point to
+spec/; the rules both backends share are called from mxrec_ref/contract.py.
 """
 from __future__ import annotations
 
@@ -10,23 +12,24 @@ import numpy as np
 
 from .. import hot
 from ..config import TableConfig
+from ..contract import InMemoryStore, TierMoves
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
-from ..store import PADDING_KEY, STAT_NAMES, LookupResult, Store, TableState
+from ..state import PADDING_KEY, LookupResult, TableState
+from ..tiers.placement import RefDevicePlacement
 from .optimizer_math import apply_update
 
 COUNT_MAX = 2**63 - 1  # counts saturate here (ADM-7)
 
 
-class RefStore(Store):
+class RefStore(InMemoryStore, TierMoves):
     backend_name = "ref"
+    device_placement = RefDevicePlacement       # CON-10, TIER-4
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None):
-        super().__init__(config, optimizer)
-        self._hot_step = hot.update_step(config.name)                  # HOT-1
-        self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
+                 hot_update_step: int | None = None):
+        super().__init__(config, optimizer, hot_rows, hot_update_step)
         self._reset()
-        self._counters = {name: 0 for name in STAT_NAMES}
 
     def _reset(self) -> None:
         dim = self.config.dim
@@ -64,8 +67,7 @@ class RefStore(Store):
         with_row = int(np.count_nonzero(admitted[inverse])) if keys.size else 0
         self._count_positions(train, keys.size, padding, with_row)
         self._counters["hot_hit_positions"] += int(np.count_nonzero(is_hot[inverse])) if keys.size else 0
-        if train and hot.is_refresh_due(self._counters["train_lookups"], self._hot_step):
-            self._refresh_hot()
+        self._refresh_hot_if_due(train)
         n_unique = len(unique)
         if pad_to is not None and pad_to > n_unique:
             extra = pad_to - n_unique
@@ -78,8 +80,7 @@ class RefStore(Store):
     def _train_lookup(self, unique, occurrences, step, timestamp) -> np.ndarray:
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4).  All checks
         happen before the first change."""
-        source = self._check_clock_source(self.clock_source, timestamp)
-        time = timestamp if source == "timestamp" else step
+        clock, source = self._training_clock(step, timestamp)
         coefficient = self.effective_coefficient()
         threshold = self._admit_threshold()
         new_counts = {}
@@ -93,7 +94,6 @@ class RefStore(Store):
                 to_admit.append(key)
         self._reserve(len(to_admit))
 
-        clock = time if self.clock is None else max(self.clock, time)
         self.clock, self.clock_source = clock, source
         for key, count in new_counts.items():
             self._count[key] = count
@@ -108,17 +108,9 @@ class RefStore(Store):
         chosen = hot.choose_hot_keys(keys, counts, self._hot_capacity)
         self._hot = {key: i for i, key in enumerate(chosen.tolist())}
         self._hot_block = self._values[[self._row_of[k] for k in chosen.tolist()]].reshape(-1, self.config.dim)
-        self._counters["hot_refreshes"] += 1
 
     def _admit_threshold(self) -> int:
         return self.config.admit_threshold
-
-    def _reserve(self, n_new: int) -> None:
-        """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
-        capacity = self._grown_capacity(len(self._row_of) + n_new, self._capacity_rows)
-        if capacity != self._capacity_rows:
-            self._capacity_rows = capacity
-            self._counters["growths"] += 1
 
     def _place(self, keys: list[int]) -> None:
         """Give each new key a row: freed rows first (last freed first), then
@@ -178,19 +170,15 @@ class RefStore(Store):
             key = int(keys[i])
             if key in self._hot:
                 self._hot_block[self._hot[key]] = self._values[self._row_of[key]]
-        self._counters["grad_applies"] += 1
-        self._counters["grad_rows_applied"] += len(rows)
-        self._counters["grad_rows_dropped"] += len(keys) - len(rows)
+        self._count_applied(len(keys), len(rows))
         return len(rows)
 
     # ------------------------------------------------------------ eviction
     def _evict(self, now):
-        if now is None:
-            now = self.clock
-        if now is None:
+        cutoff = self._eviction_cutoff(now, self.clock)
+        if cutoff is None:
             return np.zeros(0, dtype=np.int64)
-        threshold = self.config.eviction_threshold
-        expired = sorted(k for k, seen in self._last_seen.items() if now - seen >= threshold)
+        expired = sorted(k for k, seen in self._last_seen.items() if seen <= cutoff)   # EVI-1
         for key in expired:                      # ascending key order (EVI-3)
             del self._count[key]
             del self._last_seen[key]
@@ -207,16 +195,8 @@ class RefStore(Store):
     def _size(self) -> int:
         return len(self._row_of)
 
-    def _capacity(self) -> int:
-        return self._capacity_rows
-
     def _stats(self):
-        stats = dict(self._counters)
-        stats["size"] = len(self._row_of)
-        stats["capacity"] = self._capacity_rows
-        stats["pending"] = len(self._count) - len(self._row_of)
-        stats["hot_rows"] = len(self._hot)
-        return stats
+        return self._counter_stats(size=len(self._row_of), history=len(self._count), hot_rows=len(self._hot))
 
     def _row_handles(self, keys):
         return np.array([self._row_of.get(k, -1) for k in keys.tolist()], dtype=np.int64)
@@ -246,7 +226,7 @@ class RefStore(Store):
     def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
         """Take back ``keys`` (not in the history) with the state they carry;
         rows are handed out as for new keys (EXP-4); no counter moves."""
-        self._capacity_rows = max(self._capacity_rows, len(self._row_of) + len(keys))
+        self._hold_at_least(len(self._row_of) + len(keys))
         rows = []
         for key, count, seen in zip(keys.tolist(), counts.tolist(), last_seen.tolist()):
             row = self._row_of[key] = self._take_row()
@@ -286,8 +266,7 @@ class RefStore(Store):
         """Loaded keys take rows 0..n-1 in ascending key order (CKPT-6)."""
         self._reset()
         n = len(state.keys)
-        if self.config.dynamic_expansion:
-            self._capacity_rows = max(self.config.table_capacity, n)
+        self._capacity_after_import(n)
         self._ensure_allocated(n)
         self._next_row = n
         self._values[:n] = state.values

@@ -109,7 +109,7 @@ class ConfigInitializer:
             setattr(self, name, bool(value))
         # an explicit argument beats the environment variable, which beats the default
         backend = kwargs.get("backend") or os.environ.get(BACKEND_ENV) or "fast"
-        from ..store import available_backends, unknown_backend_reason
+        from ..backends import available_backends, unknown_backend_reason
 
         if backend not in available_backends():
             raise ValueError(f"init: backend: {unknown_backend_reason(backend)}")

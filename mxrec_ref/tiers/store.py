@@ -29,9 +29,11 @@ import weakref
 import numpy as np
 
 from ..config import TableConfig
+from ..contract import Store, TierMoves, tier_moves_error
 from ..errors import CapacityError, DiskFullError, UsageError
 from ..optimizers import SparseOptimizer
-from ..store import PADDING_KEY, Store, TableState
+from ..state import PADDING_KEY, TableState
+from .disk import DiskTier
 
 # The tier counters a tiered store adds to stats() (spec/tiers.md, TIER-10).
 TIER_COUNTERS = ("host_to_device_rows", "device_to_host_rows", "host_to_disk_rows", "disk_to_host_rows")
@@ -40,24 +42,25 @@ logger = logging.getLogger(__name__)
 
 class TieredStore(Store):
     """A DDR table (``host_vocabulary_size > 0``) or an SSD table
-    (``ssd_vocabulary_size > 0`` too) over ``inner``, an in-memory store of
-    the same backend."""
+    (``ssd_vocabulary_size > 0`` too) over the in-memory store ``inner_factory``
+    makes, a ``TierMoves`` (CON-10) that brings its own device placement."""
 
     tiered = True
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None, inner_factory, placement_factory,
-                 *, ssd_folder_limit_bytes: int | None = None, ssd_fault_hook=None):
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None, inner_factory, *,
+                 backend: str = "?", ssd_folder_limit_bytes: int | None = None, ssd_fault_hook=None):
         super().__init__(config, optimizer)
         if config.ssd_vocabulary_size == 0 and (ssd_folder_limit_bytes is not None or ssd_fault_hook is not None):
             raise UsageError(f"table {config.name!r}: ssd_folder_limit_bytes: SSD options need an SSD tier "
                              f"(ssd_vocabulary_size > 0)")
-        self._inner = inner_factory(in_memory_config(config), self.optimizer)
-        self.backend_name = self._inner.backend_name
-        self._device = placement_factory(config.device_vocabulary_size)
+        inner = inner_factory(in_memory_config(config), self.optimizer)
+        if not isinstance(inner, TierMoves):          # CON-10, before any file of the disk tier exists
+            raise tier_moves_error(config, backend, inner)
+        self._inner = inner
+        self.backend_name = inner.backend_name
+        self._device = inner.device_placement(config.device_vocabulary_size)
         self._disk = None
         if config.ssd_vocabulary_size > 0:
-            from .disk import DiskTier
-
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
                                   folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
             # The disk tier is working storage, not a checkpoint: its files go with the store.
@@ -108,14 +111,13 @@ class TieredStore(Store):
 
     # ------------------------------------------------------------ eviction
     def _evict(self, now):
-        if now is None:
-            now = self._inner.clock
+        cutoff = self._eviction_cutoff(now, self._inner.clock)     # the inner store's clock, before it evicts
         evicted = self._inner._evict(now)
         self._device.forget(evicted)
-        if self._disk is None or now is None or len(self._disk) == 0:
+        if self._disk is None or cutoff is None or len(self._disk) == 0:
             return evicted
         disk_keys, _, disk_seen = self._disk.all_meta()
-        expired = disk_keys[disk_seen <= now - self.config.eviction_threshold]
+        expired = disk_keys[disk_seen <= cutoff]                    # EVI-1, as in memory
         self._disk.remove(expired)
         self._disk_evicted += len(expired)
         return np.sort(np.concatenate([evicted, expired]))
@@ -224,12 +226,7 @@ class TieredStore(Store):
             return state
         keys = self._disk.keys()
         values, slots, counts, last_seen = self._disk.read(keys)
-        order = np.argsort(np.concatenate([state.keys, keys]), kind="stable")
-        merged = lambda mine, theirs: np.concatenate([mine, theirs])[order]  # noqa: E731
-        return dataclasses.replace(
-            state, keys=merged(state.keys, keys), values=merged(state.values, values),
-            slots={name: merged(state.slots[name], slots[i]) for i, name in enumerate(self.optimizer.slot_names)},
-            counts=merged(state.counts, counts), last_seen=merged(state.last_seen, last_seen))
+        return state.with_rows(keys, values, dict(zip(self.optimizer.slot_names, slots)), counts, last_seen)
 
     def _import_state(self, state: TableState) -> None:
         """Every loaded row starts in host memory, off the device; SSD mode

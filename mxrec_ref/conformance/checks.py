@@ -1,4 +1,5 @@
-"""Small helpers the tests share."""
+"""What the conformance tests share: opening a small store, snapshots for "nothing changed" (CON-4),
+calls that capture their error, and result comparison."""
 from __future__ import annotations
 
 import numpy as np

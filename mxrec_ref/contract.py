@@ -1,0 +1,572 @@
+"""The store contract: one shard of one sparse table (spec/contract.md).
+
+``Store`` is the interface every backend implements: the reference model
+(``mxrec_ref.ref``, the oracle), the Cython fast path (``mxrec_ref.fast``) and
+the storage tiers around either.  This module holds what is *not* model logic
+and must be identical in every backend: argument validation (so a bad call
+fails the same way, before any state changes), the per-store lock, checkpoint
+I/O (through ``export`` and ``_import_state``, so one on-disk format serves
+every backend), and the small rules every backend calls rather than restates
+(send_count, the clock source, capacity growth, the eviction cut-off), so each
+rule and its error message exist once.
+
+``InMemoryStore`` adds what the two in-memory backends share: the statistics
+counters, the table clock, the capacity rows and the hot schedule.
+
+Backends implement the ``_``-prefixed hooks; they receive validated arguments
+only.  The registry (``mxrec_ref.backends``) sits above this module; nothing
+here imports it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from . import checkpoint, hot
+from .config import TableConfig
+from .errors import CapacityError, GradientError, KeyInputError, UsageError
+from .optimizers import SGD, SparseOptimizer
+from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
+
+PAD_TO_MAX = 2**31 - 1        # send_count's range (CFG-8)
+PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, checked before any change (LKP-4)
+# Events of a table's life (spec/observability.md, OBS-2).  The logger keeps the name it had when
+# this module was mxrec_ref.store: OBS-2 names it, and users filter on it.
+logger = logging.getLogger("mxrec_ref.store")
+
+
+class Store(ABC):
+    """One table's sparse state.  Public methods validate, take the store's
+    lock, and call the backend hook; see spec/contract.md for the rules."""
+
+    backend_name = "abstract"
+    tiered = False     # True for DDR and SSD tables (spec/tiers.md)
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
+        if not isinstance(config, TableConfig):
+            raise TypeError(f"config must be an mxrec_ref.TableConfig, got {type(config).__name__}")
+        optimizer = SGD(learning_rate=0.01) if optimizer is None else optimizer
+        if not isinstance(optimizer, SparseOptimizer):
+            raise TypeError(f"table {config.name!r}: optimizer: must be an mxrec_ref sparse optimizer, "
+                            f"got {type(optimizer).__name__}")
+        self.config = config
+        self.optimizer = optimizer
+        self.counting = True      # False after set_threshold(0): counts frozen (ADM-9)
+        self._last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
+        self._lock = threading.RLock()
+
+    # ----------------------------------------------------------------- API
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def lookup(self, keys, *, train: bool = True, step: int | None = None,
+               timestamp: int | None = None, pad_to: int | None = None, counts=None) -> LookupResult:
+        """Unique rows and the inverse index for ``keys`` (any shape).
+
+        A training lookup counts accesses, admits keys and creates rows; an
+        evaluation lookup changes nothing (LKP-*, ADM-*).  ``counts`` (same
+        shape as ``keys``) gives each position an access weight instead of 1,
+        as mxRec's pre-aggregated batches do (ADM-2).
+        """
+        flat, shape = self._check_keys(keys)
+        if counts is not None:
+            counts = self._check_counts(counts, shape)
+        train = self._check_bool("train", train)
+        if train:
+            step = self._check_time("step", step, required=True)
+            timestamp = self._check_time("timestamp", timestamp, required=False)
+        else:
+            step = self._check_time("step", step, required=False)
+            timestamp = self._check_time("timestamp", timestamp, required=False)
+        pad_to = self._check_pad_to(pad_to)
+        with self._lock:
+            return _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
+
+    def apply_gradients(self, result, grad_rows, *, step: int) -> int:
+        """Apply one gradient row per unique key with the store's optimizer.
+
+        ``result`` is a training ``LookupResult`` of this store (``grad_rows``
+        aligned with its ``unique_keys``), or an integer key array (any order,
+        duplicates summed in order of occurrence; OPT-1).  Rows of keys that
+        hold no row are dropped.  Returns the number of rows updated.
+        """
+        step = self._check_time("step", step, required=True)
+        if isinstance(result, LookupResult):
+            if result.store_id != id(self) or result.table != self.name:
+                raise UsageError(f"table {self.name!r}: result: this lookup result belongs to "
+                                 f"table {result.table!r} or to another store")
+            if not result.train:
+                raise UsageError(f"table {self.name!r}: result: an evaluation lookup has no gradient to apply")
+            keys, mask = self._check_result_arrays(result)
+        else:
+            keys, _ = self._check_keys(result, parameter="keys")
+            mask = keys != PADDING_KEY
+        grads = self._check_grads(grad_rows, len(keys))
+        if not isinstance(result, LookupResult):
+            keys, grads, mask = _sum_duplicates(keys, grads, mask)
+            self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
+        with self._lock:
+            return self._apply(keys, grads, mask, step)
+
+    def evict(self, now: int | None = None) -> np.ndarray:
+        """Remove every key with ``now - last_seen >= eviction_threshold``;
+        ``now`` defaults to the table clock.  Returns the removed keys, sorted."""
+        if not self.config.eviction_enabled:
+            raise UsageError(f"table {self.name!r}: eviction_threshold: eviction is not configured "
+                             f"(eviction_threshold={self.config.eviction_threshold})")
+        now = self._check_time("now", now, required=False, minimum=-(2**62))
+        with self._lock:
+            evicted = self._evict(now)
+        logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
+                   self.name, len(evicted), now)
+        return evicted
+
+    def set_threshold(self, threshold: int) -> None:
+        """mxRec's run-time ``set_threshold`` (ADM-9): ``threshold > 0`` becomes the
+        new access_threshold for later lookups; ``0`` stops counting (counts are
+        frozen, the threshold is kept); counting resumes with the next positive
+        threshold.  Keys already admitted stay admitted."""
+        if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, np.integer)) \
+                or not 0 <= int(threshold) <= 2**31 - 1:
+            raise UsageError(f"table {self.name!r}: threshold: must be an integer in [0, 2**31-1], got {threshold!r}")
+        with self._lock:
+            if int(threshold) == 0:
+                self.counting = False
+                return
+            self.config = dataclasses.replace(self.config, access_threshold=int(threshold))
+            self.counting = True
+
+    def effective_coefficient(self) -> int:
+        """What a training access adds to a count now: faae_coefficient, or 0 while counting is off."""
+        return self.config.faae_coefficient if self.counting else 0
+
+    def size(self) -> int:
+        with self._lock:
+            return self._size()
+
+    def capacity(self) -> int:
+        with self._lock:
+            return self._capacity()
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            stats = self._stats()
+        if not self.tiered:
+            stats["device_rows"] = stats["size"]     # HBM: every row is on the device (TIER-10)
+        return {name: int(stats.get(name, 0)) for name in STAT_NAMES}
+
+    def export(self) -> TableState:
+        with self._lock:
+            return self._export()
+
+    def save(self, directory, *, incremental: bool = False) -> str:
+        """Write the table under ``directory/<table name>/`` (CKPT-*); returns that path.
+
+        ``incremental=True`` writes only what changed since this store's last
+        save or load, pointing at that checkpoint (CKPT-9); without one it
+        writes a full checkpoint.  An incremental save into its base's chain
+        raises CheckpointError before writing anything."""
+        incremental = self._check_bool("incremental", incremental)
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
+        with self._lock:
+            state = self._export()
+            if incremental and self._last_checkpoint is not None:
+                previous_dir, previous_state = self._last_checkpoint
+                checkpoint.check_delta_target(directory, previous_dir, self.name)
+                delta, removed = checkpoint.delta_between(previous_state, state)
+                path = checkpoint.write_table(directory, self.config, self.optimizer, delta,
+                                              previous=previous_dir, removed=removed)
+            else:
+                path = checkpoint.write_table(directory, self.config, self.optimizer, state)
+            logger.info("table %r: saved %d keys to %s (%s)", self.name, len(state.keys), path,
+                        "incremental" if incremental and self._last_checkpoint is not None else "full")
+            self._last_checkpoint = (directory, state)   # absolute: a later chdir changes nothing (CKPT-9)
+            return path
+
+    def load(self, directory) -> None:
+        """Replace this store's state with the checkpoint's; validated in full
+        before anything changes (CKPT-5)."""
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
+        state = checkpoint.read_table(directory, self.config, self.optimizer)
+        with self._lock:
+            self._check_fits(state)
+            self._import_state(state)
+            self._last_checkpoint = (directory, state)
+        logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
+
+    def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
+        """Merge a checkpoint's rows into this store (spec/warmstart.md): the
+        checkpoint's keys take its rows and slots and count as admitted, with
+        last-seen ``now``; every other key stays as it is.  Validated in full
+        before anything changes.  Returns the number of keys loaded."""
+        now = self._check_time("now", now, required=False)
+        loaded = checkpoint.read_table(directory, self.config, self.optimizer, source_table=source_table,
+                                       slots_required=False)
+        with self._lock:
+            merged = merge_warm_start(self._export(), loaded, self.config.admit_threshold, now)
+            self._check_fits(merged)
+            self._import_state(merged)
+        logger.info("table %r: warm start merged %d keys from %s", self.name, len(loaded.keys), directory)
+        return len(loaded.keys)
+
+    def row_handles(self, keys) -> np.ndarray:
+        """Row index of each key, -1 where it holds none (for tests and the TF
+        layer; placement is specified in EXP-4 so backends agree)."""
+        flat, _ = self._check_keys(keys)
+        with self._lock:
+            return self._row_handles(flat)
+
+    # ------------------------------------------------------ backend hooks
+    @abstractmethod
+    def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
+                timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult: ...
+
+    @abstractmethod
+    def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
+
+    @abstractmethod
+    def _evict(self, now: int | None) -> np.ndarray: ...
+
+    @abstractmethod
+    def _size(self) -> int: ...
+
+    @abstractmethod
+    def _capacity(self) -> int: ...
+
+    @abstractmethod
+    def _stats(self) -> dict[str, int]: ...
+
+    @abstractmethod
+    def _export(self) -> TableState: ...
+
+    @abstractmethod
+    def _import_state(self, state: TableState) -> None: ...
+
+    @abstractmethod
+    def _row_handles(self, keys: np.ndarray) -> np.ndarray: ...
+
+    # ------------------------------------------------- shared validation
+    def _check_fits(self, state: TableState) -> None:
+        if not self.config.dynamic_expansion and len(state.keys) > self.config.table_capacity:
+            parameter = self.config.capacity_parameter
+            raise CapacityError(
+                f"table {self.name!r}: {parameter}: the checkpoint holds {len(state.keys)} keys "
+                f"but the table has {self.config.table_capacity} rows; raise {parameter}")
+
+    def _count_positions(self, train: bool, positions: int, padding: int, with_row: int) -> None:
+        """STAT-3 for one lookup: ``positions`` looked up, ``padding`` of them -1,
+        ``with_row`` of them answered from a stored row.  Backends keep ``_counters``."""
+        counters = self._counters
+        real = positions - padding
+        if not train:
+            counters["eval_lookups"] += 1
+        counters["padding_positions"] += padding
+        counters["key_positions"] += real
+        counters["default_positions"] += real - with_row
+
+    def _grown_capacity(self, needed: int, capacity: int) -> int:
+        """The capacity a lookup needing ``needed`` rows leaves: unchanged if it
+        fits, doubled (at least ``needed``) with dynamic expansion (EXP-3), else
+        a CapacityError before anything changed (EXP-2)."""
+        if needed <= capacity:
+            return capacity
+        if not self.config.dynamic_expansion:
+            raise self._capacity_error(needed, capacity)
+        logger.info("table %r: capacity grows from %d to %d rows", self.name, capacity, max(2 * capacity, needed))
+        return max(2 * capacity, needed)
+
+    def _capacity_error(self, needed: int, capacity: int) -> Exception:
+        """The error of a training lookup that would overflow a fixed-size table (EXP-2)."""
+        parameter = self.config.capacity_parameter
+        return CapacityError(
+            f"table {self.name!r}: {parameter}: the batch needs {needed} rows but the table holds {capacity}; "
+            f"raise {parameter} to at least {needed} or turn on dynamic expansion (nothing was changed)")
+
+    def _check_bool(self, parameter: str, value) -> bool:
+        if not isinstance(value, (bool, np.bool_)):
+            raise UsageError(f"table {self.name!r}: {parameter}: must be True or False, got {value!r}")
+        return bool(value)
+
+    def _check_time(self, parameter: str, value, *, required: bool, minimum: int = 0) -> int | None:
+        if value is None:
+            if required:
+                raise UsageError(f"table {self.name!r}: {parameter}: is required for a training call")
+            return None
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise UsageError(f"table {self.name!r}: {parameter}: must be an integer, got {value!r}")
+        value = int(value)
+        if not minimum <= value <= 2**62:
+            raise UsageError(f"table {self.name!r}: {parameter}: must be in [{minimum}, 2**62], got {value}")
+        return value
+
+    def _check_keys(self, keys, parameter: str = "keys") -> tuple[np.ndarray, tuple]:
+        """Integer keys of any shape -> (flat int64 copy, shape) (CON-2)."""
+        array = keys if isinstance(keys, np.ndarray) else _as_array(keys)
+        if array is None or array.dtype.kind not in "iu":
+            dtype = "not an array" if array is None else array.dtype.name
+            raise KeyInputError(f"table {self.name!r}: {parameter}: must be integers "
+                                f"(the table's key_dtype is {self.config.key_dtype}), got {dtype}")
+        if array.size:
+            low, high = int(array.min()), int(array.max())
+            if array.dtype.kind == "u" and high > 2**63 - 1:
+                raise KeyInputError(f"table {self.name!r}: {parameter}: key {high} does not fit int64")
+            if low < self.config.key_min or high > self.config.key_max:
+                bad = low if low < self.config.key_min else high
+                raise KeyInputError(f"table {self.name!r}: {parameter}: key {bad} is outside the "
+                                    f"range of key_dtype {self.config.key_dtype}")
+        flat = np.ascontiguousarray(array.reshape(-1), dtype=np.int64)
+        if flat is array or (isinstance(keys, np.ndarray) and np.shares_memory(flat, keys)):
+            flat = flat.copy()  # the store never keeps a reference to caller memory
+        return flat, array.shape
+
+    def _check_counts(self, counts, shape: tuple) -> np.ndarray:
+        array = _as_array(counts)
+        if array is None or array.dtype.kind not in "iu" or array.shape != shape:
+            got = "not an array" if array is None else f"{array.dtype.name} {array.shape}"
+            raise KeyInputError(f"table {self.name!r}: counts: must be integers shaped like keys {shape}, got {got}")
+        if array.size and (int(array.min()) < 1 or int(array.max()) > 2**31 - 1):
+            raise KeyInputError(f"table {self.name!r}: counts: each must be in [1, 2**31-1]")
+        return np.array(array.reshape(-1), dtype=np.int64)
+
+    def _check_pad_to(self, pad_to) -> int | None:
+        """LKP-4: pad_to in [1, 2**31-1] and its padded rows within PAD_FLOATS_MAX,
+        so a huge value fails here, alike in every backend, not in an allocation."""
+        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        if pad_to is not None and (pad_to > PAD_TO_MAX or pad_to * self.config.dim > PAD_FLOATS_MAX):
+            raise UsageError(f"table {self.name!r}: pad_to: must be in [1, 2**31-1] with pad_to x dim <= 2**30 "
+                             f"(4 GiB of padded rows), got {pad_to} x {self.config.dim}")
+        return pad_to
+
+    def _check_send_count(self, n_unique: int, pad_to: int | None) -> None:
+        """LKP-4: a static-shape batch may not have more unique keys than it is padded to.
+        Every backend and the tiers call this before the lookup changes anything."""
+        if pad_to is not None and n_unique > pad_to:
+            raise UsageError(f"table {self.name!r}: send_count: the batch has {n_unique} unique keys, "
+                             f"more than send_count={pad_to}; raise send_count")
+
+    def _check_clock_source(self, clock_source: str | None, timestamp: int | None) -> str:
+        """CON-5: a table's clock is the step or the data timestamp, fixed by its first training
+        lookup; returns the source this training lookup uses."""
+        source = "timestamp" if timestamp is not None else "step"
+        if clock_source is not None and source != clock_source:
+            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {clock_source}; "
+                             f"a training lookup must not switch it to the {source} (CON-5)")
+        return source
+
+    def _eviction_cutoff(self, now: int | None, clock: int | None) -> int | None:
+        """EVI-1: an eviction at ``now`` (default: the table clock ``clock``) removes every key with
+        ``now - last_seen >= eviction_threshold``, i.e. ``last_seen <= `` the cut-off returned;
+        None when there is no time yet (nothing expires).  Every backend and tier tests this one way."""
+        if now is None:
+            now = clock
+        return None if now is None else now - self.config.eviction_threshold
+
+    def _check_result_arrays(self, result: "LookupResult") -> tuple[np.ndarray, np.ndarray]:
+        """(unique_keys, admitted) of a LookupResult, checked once here for every backend (CON-9)."""
+        keys, admitted = result.unique_keys, result.admitted
+        if not (isinstance(keys, np.ndarray) and keys.dtype == np.int64 and keys.ndim == 1
+                and isinstance(admitted, np.ndarray) and admitted.dtype == np.bool_ and admitted.shape == keys.shape):
+            raise UsageError(f"table {self.name!r}: result: unique_keys must be int64 [u] and admitted bool [u], "
+                             f"got {getattr(keys, 'dtype', type(keys).__name__)} / "
+                             f"{getattr(admitted, 'dtype', type(admitted).__name__)}; pass the LookupResult "
+                             f"lookup returned")
+        return np.ascontiguousarray(keys), np.ascontiguousarray(admitted)
+
+    def _check_finite(self, grads: np.ndarray, keys: np.ndarray, problem: str) -> None:
+        """OPT-3 after duplicates are summed."""
+        finite = np.isfinite(grads).all(axis=1)
+        if not finite.all():
+            key = int(keys[np.flatnonzero(~finite)[0]])
+            raise GradientError(f"table {self.name!r}: grad_rows: key {key}: {problem} (nothing was applied)")
+
+    def _overflow_error(self, key: int) -> GradientError:
+        """OPT-3: the error of an update that would leave NaN or Inf in a row or slot; the backend
+        raises it before committing the update."""
+        return GradientError(f"table {self.name!r}: grad_rows: key {key}: the {self.optimizer.kind} update "
+                             f"overflows to NaN or Inf (nothing was applied)")
+
+    def _check_grads(self, grad_rows, n: int) -> np.ndarray:
+        array = _as_array(grad_rows)
+        if array is None or array.dtype.kind not in "fiu":
+            raise GradientError(f"table {self.name!r}: grad_rows: must be a float array, got "
+                                f"{'not an array' if array is None else array.dtype.name}")
+        if array.shape != (n, self.config.dim):
+            raise GradientError(f"table {self.name!r}: grad_rows: shape must be ({n}, {self.config.dim}) "
+                                f"(one row per key, dim {self.config.dim}), got {array.shape}")
+        grads = np.array(array, dtype=np.float32, order="C", copy=True)
+        if not np.all(np.isfinite(grads)):
+            bad = int(np.flatnonzero(~np.all(np.isfinite(grads), axis=1))[0])
+            raise GradientError(f"table {self.name!r}: grad_rows: row {bad} holds NaN or Inf "
+                                f"(nothing was applied)")
+        return grads
+
+
+class TierMoves(ABC):
+    """What a store offers so that the storage tiers (``mxrec_ref.tiers.TieredStore``) can sit in
+    front of it: a DDR or SSD table is the backend's in-memory store behind them (CON-10).
+
+    The tier wrapper calls the ``Store`` hooks (``_lookup``, ``_apply``, ``_evict``, ``_size``,
+    ``_stats``, ``_export``, ``_import_state``, ``_row_handles``, ``set_threshold``) and these.
+    None of them moves a statistic: the wrapper counts what crosses a tier (TIER-10).
+    ``open_store`` refuses to tier a store that is not a ``TierMoves``."""
+
+    device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
+    clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
+    clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
+
+    @abstractmethod
+    def _distinct(self, keys: np.ndarray) -> np.ndarray:
+        """The distinct keys of a batch in order of first occurrence (LKP-2), padding included."""
+
+    @abstractmethod
+    def _rows_of(self, keys: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Copies of what ``keys`` (all holding a row) carry to another tier:
+        (values, {slot: values}, counts, last_seen)."""
+
+    @abstractmethod
+    def _drop_rows(self, keys: np.ndarray) -> None:
+        """Forget ``keys`` (their rows moved to another tier): rows go on the free stack in the
+        given order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""
+
+    @abstractmethod
+    def _put_rows(self, keys: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray], counts: np.ndarray,
+                  last_seen: np.ndarray) -> None:
+        """Take back ``keys`` (not in the history) with the state they carry; rows are handed out
+        as for new keys (EXP-4) and always fit."""
+
+    @abstractmethod
+    def _admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys ascending, counts, last_seen) of every key holding a row."""
+
+
+def tier_moves_error(config: TableConfig, backend: str, store: Store) -> UsageError:
+    """CON-10: the error of a DDR or SSD table asked of a backend whose store cannot sit behind the tiers."""
+    return UsageError(f"table {config.name!r}: host_vocabulary_size: backend {backend!r} "
+                      f"({type(store).__name__}) cannot hold a DDR or SSD table: its store does not implement "
+                      f"mxrec_ref.contract.TierMoves (spec/contract.md, CON-10); use host_vocabulary_size=0")
+
+
+class InMemoryStore(Store):
+    """What the reference and the fast backend share, written once: the statistics counters
+    (STAT-*), the table clock (CON-5), the capacity rows and their growth (EXP-2, EXP-3, CKPT-6)
+    and the hot schedule (HOT-1, HOT-2).  A subclass keeps its rows; it calls these rules."""
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
+                 hot_update_step: int | None = None):
+        super().__init__(config, optimizer)
+        # HOT-1: open_store reads HOT_EMB_UPDATE_STEP once and passes it; a store built directly reads it here.
+        self._hot_step = hot.update_step(config.name) if hot_update_step is None else hot_update_step
+        self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
+        self._counters = {name: 0 for name in STAT_NAMES}
+        self._capacity_rows = config.table_capacity
+        self.clock: int | None = None          # the table's time: max step or timestamp seen (CON-5)
+        self.clock_source: str | None = None
+
+    def _capacity(self) -> int:
+        return self._capacity_rows
+
+    def _training_clock(self, step: int, timestamp: int | None) -> tuple[int, str]:
+        """(the clock after this training lookup, its source); checks the source (CON-5) and
+        changes nothing: the caller sets both once its other checks passed."""
+        source = self._check_clock_source(self.clock_source, timestamp)
+        time = timestamp if source == "timestamp" else step
+        return (time if self.clock is None else max(self.clock, time)), source
+
+    def _reserve(self, n_new: int) -> None:
+        """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
+        capacity = self._grown_capacity(self._size() + n_new, self._capacity_rows)
+        if capacity != self._capacity_rows:
+            self._capacity_rows = capacity
+            self._counters["growths"] += 1
+
+    def _hold_at_least(self, n_rows: int) -> None:
+        """Rows coming back from another tier always fit: capacity follows, no growth counted."""
+        self._capacity_rows = max(self._capacity_rows, n_rows)
+
+    def _capacity_after_import(self, n_keys: int) -> int:
+        """CKPT-6: a loaded table has its configured capacity, or its key count if that is
+        larger and the table grows (a fixed table was checked by _check_fits)."""
+        self._capacity_rows = self.config.table_capacity
+        if self.config.dynamic_expansion:
+            self._capacity_rows = max(self.config.table_capacity, n_keys)
+        return self._capacity_rows
+
+    def _refresh_hot_if_due(self, train: bool) -> None:
+        """HOT-2: the hot set is chosen again after every HOT_EMB_UPDATE_STEP-th training lookup."""
+        if train and hot.is_refresh_due(self._counters["train_lookups"], self._hot_step):
+            self._refresh_hot()
+            self._counters["hot_refreshes"] += 1
+
+    def _refresh_hot(self) -> None:
+        """Choose the hot keys (hot.choose_hot_keys) and copy their rows into the hot block."""
+        raise NotImplementedError
+
+    def _count_applied(self, n_keys: int, n_rows: int) -> None:
+        """STAT-5 for one apply_gradients: ``n_rows`` of the ``n_keys`` gradient rows updated a row."""
+        self._counters["grad_applies"] += 1
+        self._counters["grad_rows_applied"] += n_rows
+        self._counters["grad_rows_dropped"] += n_keys - n_rows
+
+    def _counter_stats(self, *, size: int, history: int, hot_rows: int) -> dict[str, int]:
+        """STAT-1's in-memory values: the counters, and the sizes of now (``history``: keys
+        admitted or pending)."""
+        stats = dict(self._counters)
+        stats["size"] = size
+        stats["capacity"] = self._capacity_rows
+        stats["pending"] = history - size
+        stats["hot_rows"] = hot_rows
+        return stats
+
+
+def _as_array(value) -> np.ndarray | None:
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy") and callable(value.numpy):  # eager tf.Tensor
+        return np.asarray(value.numpy())
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    if array.dtype == object:
+        return None
+    if array.size == 0 and array.dtype.kind == "f" and not isinstance(value, np.ndarray):
+        return array.astype(np.int64)  # [] from a Python list: an empty key batch
+    return array
+
+
+def _read_only(result: LookupResult) -> LookupResult:
+    """A result's arrays as read-only views: a caller cannot rewrite which keys
+    its gradients go to (CON-9)."""
+    views = {}
+    for name in ("unique_keys", "rows", "inverse", "admitted"):
+        array = base = getattr(result, name)
+        while isinstance(base, np.ndarray):    # fresh arrays of this lookup: no store memory is shared
+            base.flags.writeable = False
+            base = base.base
+        view = array.view()
+        view.flags.writeable = False
+        views[name] = view
+    return dataclasses.replace(result, **views)
+
+
+def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
+    """Merge repeated keys, summing their rows in order of occurrence (OPT-1)."""
+    if keys.size == 0:
+        return keys, grads, mask
+    unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    if unique.size == keys.size:                       # nothing to merge: keep the caller's order
+        return keys, grads, mask
+    order = np.argsort(first, kind="stable")          # unique keys by first occurrence
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    slot = rank[inverse]
+    summed = np.zeros((order.size, grads.shape[1]), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by _check_finite
+        np.add.at(summed, slot, grads)                 # sequential in position order
+    return unique[order], summed, unique[order] != PADDING_KEY

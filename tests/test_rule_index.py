@@ -1,0 +1,124 @@
+"""The rule index (issue 15, item 6): every spec rule is found by its id wherever it is checked or built.
+
+* every rule ``P-n`` of ``spec/*.md`` is defined once and named by a test (its docstring, a comment,
+  or its name: ``test_adm_8_...`` names ADM-8);
+* no code, test or spec file cites a rule id the spec does not define;
+* every spec file ``spec/F.md`` has its tests in ``test_F.py`` (``tests/`` or ``mxrec_ref/conformance/``),
+  except the families listed in ``TESTS_UNDER_ANOTHER_NAME`` until their files are renamed;
+* every store rule the reference cites (``mxrec_ref/ref/``) is cited by the fast path too, in its glue
+  or kernels, or in the shared module both backends call (``TWIN_SITES``).
+
+Successor of tests/test_spec_coverage.py.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFINITION = re.compile(r"\*\*([A-Z]+-\d+)\*\*")
+CITATION = re.compile(r"\b([A-Z]+)-(\d+)\b")
+TEST_NAME = re.compile(r"def test_([a-z]+)_(\d+)_")
+
+# Spec families whose tests still live under an older file name (issue 15, item 7 renames them;
+# the TF layer's files are being rebuilt by item 5).  An entry must go once test_<stem>.py exists.
+TESTS_UNDER_ANOTHER_NAME = {
+    "backends": "mxrec_ref/conformance/test_differential.py",
+    "contract": "mxrec_ref/conformance/test_lookup.py",
+    "graph": "tests/test_graph_modifier.py",
+    "observability": "tests/test_logging.py",
+    "tf": "tests/test_tf_layer.py",
+    "warmstart": "tests/test_warm_start.py",
+}
+# Where each backend writes its rules today: the reference in ref/, the fast path's glue and its
+# kernels, and the modules written once that both call (item 3 splits these by spec family).
+REFERENCE_SITES = ("mxrec_ref/ref/*.py",)
+FAST_SITES = ("mxrec_ref/fast.py", "cext/_fast.pyx")
+SHARED_SITES = ("mxrec_ref/contract.py", "mxrec_ref/state.py", "mxrec_ref/hot.py", "mxrec_ref/initializers.py",
+                "mxrec_ref/optimizers.py")
+
+
+def spec_files() -> list[Path]:
+    return sorted((ROOT / "spec").glob("*.md"))
+
+
+def defined_rules() -> list[str]:
+    return [rule for path in spec_files() for rule in DEFINITION.findall(path.read_text())]
+
+
+def prefixes() -> set[str]:
+    return {rule.split("-")[0] for rule in defined_rules()}
+
+
+def files(*patterns: str) -> list[Path]:
+    return sorted({path for pattern in patterns for path in ROOT.glob(pattern)})
+
+
+def rule_test_files() -> list[Path]:
+    return files("tests/test_*.py", "mxrec_ref/conformance/test_*.py")
+
+
+def cited(paths, known_prefixes) -> dict[str, set[str]]:
+    """Rule id -> the files citing it, by id or (in tests) by test name."""
+    sites: dict[str, set[str]] = {}
+    for path in paths:
+        text = path.read_text()
+        ids = {f"{p}-{n}" for p, n in CITATION.findall(text) if p in known_prefixes}
+        ids |= {f"{p.upper()}-{n}" for p, n in TEST_NAME.findall(text) if p.upper() in known_prefixes}
+        for rule in ids:
+            sites.setdefault(rule, set()).add(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path))
+    return sites
+
+
+def test_rules_are_unique_and_numbered():
+    rules = defined_rules()
+    assert len(rules) > 40
+    duplicates = sorted({rule for rule in rules if rules.count(rule) > 1})
+    assert duplicates == [], f"rule ids defined twice: {duplicates}"
+
+
+def test_every_rule_is_named_by_a_test():
+    named = cited(rule_test_files(), prefixes())
+    missing = sorted(set(defined_rules()) - set(named), key=_rule_order)
+    assert missing == [], f"rules without a test: {missing}"
+
+
+def test_no_code_or_test_cites_an_undefined_rule():
+    everything = files("mxrec_ref/**/*.py", "cext/*.pyx", "cext/*.pxd", "cext/*.pxi", "cext/*.h", "tests/*.py",
+                       "spec/*.md", "bench/*.py", "examples/*.py")
+    unknown = {rule: sorted(paths) for rule, paths in cited(everything, prefixes()).items()
+               if rule not in set(defined_rules())}
+    assert unknown == {}, f"cited but not defined in spec/: {unknown}"
+
+
+def test_every_spec_file_has_its_test_file():
+    have = {path.stem.removeprefix("test_") for path in rule_test_files()}
+    stems = [path.stem for path in spec_files() if path.stem != "README"]
+    missing = [stem for stem in stems if stem not in have and stem not in TESTS_UNDER_ANOTHER_NAME]
+    assert missing == [], f"spec files without tests/test_F.py or conformance/test_F.py: {missing}"
+    renamed = sorted(stem for stem in TESTS_UNDER_ANOTHER_NAME if stem in have)
+    assert renamed == [], f"test_F.py exists now: drop these from TESTS_UNDER_ANOTHER_NAME: {renamed}"
+    for stem, path in TESTS_UNDER_ANOTHER_NAME.items():
+        assert stem in stems and (ROOT / path).is_file(), (stem, path)
+
+
+def test_every_rule_the_reference_cites_the_fast_path_cites():
+    known = prefixes()
+    reference = set(cited(files(*REFERENCE_SITES), known))
+    fast = set(cited(files(*FAST_SITES, *SHARED_SITES), known))
+    assert len(reference) > 10
+    missing = sorted(reference - fast, key=_rule_order)
+    assert missing == [], f"rules the reference cites that neither the fast path nor a shared module cites: {missing}"
+
+
+def test_the_checks_can_fail(tmp_path):
+    """The citation reader finds ids, test names and ignores other prefixes (UTF-8, CRC-32)."""
+    sample = tmp_path / "test_sample.py"
+    sample.write_text('"""ADM-2 and UTF-8 and CRC-32."""\ndef test_evi_1_expires():\n    pass\n')
+    found = cited([sample], {"ADM", "EVI"})
+    assert sorted(found) == ["ADM-2", "EVI-1"]
+
+
+def _rule_order(rule: str):
+    prefix, number = rule.split("-")
+    return prefix, int(number)

@@ -1,0 +1,83 @@
+"""CON-10: the store behind the storage tiers is a TierMoves; open_store refuses any other."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mxrec_ref import Adagrad, Store, TableConfig, UsageError, backends, open_store
+from mxrec_ref.contract import TierMoves
+from mxrec_ref.ref import RefStore
+from mxrec_ref.tiers import FastDevicePlacement, RefDevicePlacement
+
+
+class HbmOnlyStore(Store):
+    """A third-party store that keeps the Store contract (every hook, by delegation to the
+    reference) but offers none of the tier moves: it can hold HBM tables only."""
+
+    backend_name = "hbm-only"
+
+    def __init__(self, config, optimizer=None):
+        super().__init__(config, optimizer)
+        self._ref = RefStore(config, self.optimizer)
+
+    def _lookup(self, *args):
+        return self._ref._lookup(*args)
+
+    def _apply(self, *args):
+        return self._ref._apply(*args)
+
+    def _evict(self, now):
+        return self._ref._evict(now)
+
+    def _size(self):
+        return self._ref._size()
+
+    def _capacity(self):
+        return self._ref._capacity()
+
+    def _stats(self):
+        return self._ref._stats()
+
+    def _export(self):
+        return self._ref._export()
+
+    def _import_state(self, state):
+        self._ref._import_state(state)
+
+    def _row_handles(self, keys):
+        return self._ref._row_handles(keys)
+
+
+@pytest.fixture
+def hbm_only(monkeypatch):
+    monkeypatch.setitem(backends._BACKENDS, "hbm-only", HbmOnlyStore)
+    return "hbm-only"
+
+
+def ddr_config(**extra):
+    return TableConfig("t", dim=2, device_vocabulary_size=2, host_vocabulary_size=4, access_threshold=0, **extra)
+
+
+def test_con_10_a_store_without_tier_moves_is_refused_a_host_tier(hbm_only, tmp_path):
+    with pytest.raises(UsageError, match=r"table 't': host_vocabulary_size: backend 'hbm-only' \(HbmOnlyStore\)"):
+        open_store(ddr_config(), Adagrad(0.1), backend=hbm_only)
+    ssd = ddr_config(ssd_vocabulary_size=10, ssd_data_path=[str(tmp_path)])
+    with pytest.raises(UsageError, match="host_vocabulary_size.*TierMoves"):
+        open_store(ssd, Adagrad(0.1), backend=hbm_only)
+    assert list(tmp_path.iterdir()) == []          # refused before the disk tier made anything
+
+
+def test_con_10_the_same_store_still_holds_hbm_tables(hbm_only):
+    store = open_store(TableConfig("t", dim=2, device_vocabulary_size=4, access_threshold=0), backend=hbm_only)
+    result = store.lookup(np.array([3, 1, 3]), step=0)
+    assert result.admitted.tolist() == [True, True] and store.size() == 2
+
+
+def test_con_10_each_builtin_backend_brings_its_own_placement(backend):
+    placement = {"ref": RefDevicePlacement, "fast": FastDevicePlacement}[backend]
+    tiered = open_store(ddr_config(), Adagrad(0.1), backend=backend)
+    assert isinstance(tiered._inner, TierMoves)
+    assert type(tiered._device) is placement
+    tiered.lookup(np.array([1, 2]), step=0)
+    tiered.lookup(np.array([3, 4]), step=1)
+    assert tiered.stats()["device_rows"] == 2 and tiered.stats()["host_rows"] == 2
