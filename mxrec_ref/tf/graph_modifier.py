@@ -236,14 +236,13 @@ def _ids_subgraph(get_next, ids_tensors):
 
 
 def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dict) -> None:
-    from .lookup import store_call
-
     first = group.records[0]
     table, is_train, step = first.table, first.is_train, first.step
     has_timestamp = step.has_timestamp
 
     def run(ids, sizes, step_value, stamp_value):
-        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, step.pad_to)
+        result, _ = table.lookup_batch(ids, is_train=is_train, step=step_value,
+                                       timestamp=stamp_value if has_timestamp else None, pad_to=step.pad_to)
         group.current = (result, np.concatenate([[0], np.cumsum(sizes)]))
         return np.int64(len(result.unique_keys))
 

@@ -15,8 +15,6 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from ..errors import MxrecError, UsageError
-from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
@@ -197,29 +195,6 @@ class MergedShare:
         self.segment = 0
 
 
-def store_call(table, ids, step_value, stamp_value, is_train: bool, has_timestamp: bool, pad_to):
-    """The one place the TF layer calls ``store.lookup``."""
-    step_value = int(step_value)
-    if step_value < 0:            # no global step in the graph: count this table's training lookups
-        step_value = table.train_lookups_run
-    if has_timestamp and np.ndim(stamp_value) != 0:   # rank unknown at graph construction
-        error = UsageError(f"table {table.table_name!r}: timestamp: the batch timestamp must be a scalar, got "
-                           f"shape {np.shape(stamp_value)}; build it with import_host_pipeline_ops()."
-                           f"return_timestamp(...) or reduce it (e.g. tf.reduce_max)")
-        fatal.note(error)
-        raise error
-    try:
-        result = table.store.lookup(ids, train=is_train, step=step_value if is_train else None,
-                                    timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
-    except MxrecError as error:
-        fatal.note(error)
-        raise
-    if is_train:
-        table.train_lookups_run += 1
-        table.last_train_step = step_value
-    return result
-
-
 def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
     cache_key = (merged.ref(), is_train)
@@ -236,7 +211,8 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
             result, offsets = share.source.current
             low, high = offsets[share.segment], offsets[share.segment + 1]
             return result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted
-        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, pad_to)
+        result, _ = table.lookup_batch(ids, is_train=is_train, step=step_value,
+                                       timestamp=stamp_value if has_timestamp else None, pad_to=pad_to)
         return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted
 
     unique_keys, rows, inverse, admitted = tf.numpy_function(
