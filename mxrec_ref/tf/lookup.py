@@ -19,6 +19,7 @@ from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
+from .graph_modifier import iterator_output_of, record_lookup
 from .table import SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
@@ -90,8 +91,6 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
     with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
         step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments)
         if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
-            from .graph_modifier import record_lookup
-
             record_lookup(table, feature, step, bool(is_train))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
         embeddings = tf.reshape(step.embeddings[segment], shape)
@@ -104,21 +103,6 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         if not is_grad:
             embeddings = tf.stop_gradient(embeddings)
         return embeddings
-
-
-def iterator_output_of(tensor):
-    """The IteratorGetNext op a tensor is computed from (breadth-first up its
-    inputs), or None."""
-    seen, frontier = set(), [tensor.op]
-    while frontier:
-        op = frontier.pop(0)
-        if op.type == "IteratorGetNext":
-            return op
-        for source in op.inputs:
-            if source.op.name not in seen:
-                seen.add(source.op.name)
-                frontier.append(source.op)
-    return None
 
 
 def _mode_timestamp(table, feature, is_train: bool):

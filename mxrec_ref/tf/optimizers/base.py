@@ -18,6 +18,7 @@ from ...errors import MxrecError
 from ...optimizers import SparseOptimizer
 from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
+from ..lookup import table_of_keys
 
 _names = itertools.count()
 
@@ -45,8 +46,6 @@ class HashOptimizer:
         return self._name
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        from ..lookup import table_of_keys
-
         tables_by_variable = {t.variable.ref(): t for t in ConfigInitializer.get_instance().tables.values()}
         updates = []
         for grad, var in grads_and_vars:
