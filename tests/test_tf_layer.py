@@ -298,3 +298,40 @@ def test_tf_5_evict_hook_time_interval_with_an_injected_clock(backend):
         now[0] = 101.0
         session.run(handles["train"])
     assert sum(hook.evicted.values()) > 0
+
+
+def _rows_after_one_step(backend, with_later_lookup: bool):
+    """One LazyAdam step of lookup A (keys 1, 2) in a graph without a global
+    step; optionally a second training lookup B of the same table that runs after
+    A (its ids wait for A's rows) and before the apply (A's gradient waits for B)."""
+    tf_model.fresh_graph()
+    with tf.Graph().as_default():
+        mx.init(backend=backend)
+        table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+        optimizer = mx.optimizers.lazy_adam.create_hash_optimizer(learning_rate=0.1)
+        first = mx.sparse_lookup(table, tf.constant([1, 2], tf.int64), modify_graph=True)
+        _, sparse = mx.get_dense_and_sparse_variable()
+        grad, = tf.gradients(tf.reduce_sum(first), sparse)
+        waits = []
+        if with_later_lookup:
+            with tf.control_dependencies([first]):
+                later_ids = tf.identity(tf.constant([7], tf.int64))
+            waits = [mx.sparse_lookup(table, later_ids, modify_graph=True, is_grad=False)]
+        with tf.control_dependencies(waits):      # the apply runs after lookup B
+            grad = tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
+        train = optimizer.apply_gradients([(grad, sparse[0])])
+        with tf.compat.v1.Session() as session:
+            session.run(train)
+        state = table.store.export()
+        mx.terminate_config_initializer()
+    return {int(k): v.tolist() for k, v in zip(state.keys, state.values) if k in (1, 2)}
+
+
+def test_tf_14_the_apply_takes_the_step_of_the_lookup_that_fed_its_gradient(backend):
+    """The apply op gets its step from the lookup op (a graph input), so a later
+    training lookup of the table in the same run (step 1) does not change the step
+    of lookup A's update (step 0): LazyAdam's bias correction of A's rows is the
+    same as without lookup B.  (It read ``table.last_train_step``, B's step.)"""
+    alone = _rows_after_one_step(backend, with_later_lookup=False)
+    assert alone[1] != [1.0, 1.0]
+    assert _rows_after_one_step(backend, with_later_lookup=True) == alone

@@ -47,7 +47,7 @@ class LookupRecord:
 class _TableGroup:
     """The modify-mode lookups of one table and mode on one iterator."""
     records: list = field(default_factory=list)
-    current: tuple | None = None   # (LookupResult, offsets) of this step's merged store call
+    current: tuple | None = None   # (LookupResult, offsets, step used) of this step's merged store call
 
 
 def record_lookup(table, ids, step, is_train: bool) -> None:
@@ -231,9 +231,9 @@ def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dic
     has_timestamp = step.has_timestamp
 
     def run(ids, sizes, step_value, stamp_value):
-        result, _ = table.lookup_batch(ids, is_train=is_train, step=step_value,
-                                       timestamp=stamp_value if has_timestamp else None, pad_to=step.pad_to)
-        group.current = (result, np.concatenate([[0], np.cumsum(sizes)]))
+        result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
+                                               timestamp=stamp_value if has_timestamp else None, pad_to=step.pad_to)
+        group.current = (result, np.concatenate([[0], np.cumsum(sizes)]), step_used)
         return np.int64(len(result.unique_keys))
 
     # the step and timestamp tensors may be outputs of the old iterator: read the new one's
