@@ -115,6 +115,14 @@ def test_config_initializer_is_a_leaf_of_the_tf_layer():
     assert import_graph()["mxrec_ref.tf.config_initializer"] <= {"mxrec_ref.tf.constants"}
 
 
+def test_only_checkpoint_py_reads_the_table_format():
+    """The TF layer goes through mxrec_ref.checkpoint for anything inside a table
+    folder (tf/saver.py parsed meta.json itself to follow delta chains)."""
+    readers = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "tf").rglob("*.py"))
+               if "meta.json" in path.read_text()]
+    assert readers == []
+
+
 if __name__ == "__main__":     # print the graph, e.g. for a review
     for module, targets in sorted(import_graph().items()):
         print(module, "->", ", ".join(sorted(targets)) or "-")

@@ -285,6 +285,22 @@ def test_tf_6_incremental_saves_through_the_saver(backend, tmp_path):
         assert table.store.export().differences(exports[name]) == []
 
 
+def test_tf_6_a_damaged_checkpoint_does_not_fail_the_next_save(backend, tmp_path):
+    """Pruning follows delta chains through mxrec_ref.checkpoint; a kept
+    checkpoint whose table meta.json is damaged names no base, and the next
+    save still succeeds (the saver's own JSON parse raised JSONDecodeError)."""
+    handles = tf_model.build(backend)
+    with handles["graph"].as_default():
+        saver = tf.compat.v1.train.Saver(max_to_keep=3)
+    _, session = tf_model.train(handles, 1)
+    saver.save(session, str(tmp_path / "model"), global_step=1)
+    (tmp_path / "sparse-model-1" / "user" / "meta.json").write_text("{not json")
+    tf_model.train(handles, 1, session)
+    assert saver.save(session, str(tmp_path / "model"), global_step=2) == str(tmp_path / "model-2")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("sparse-")) == [
+        "sparse-model-1", "sparse-model-2"]
+
+
 def test_tf_5_evict_hook_time_interval_with_an_injected_clock(backend):
     """The time-interval trigger reads the hook's clock (injectable, so tests and
     reproducible runs need no wall clock); eviction itself uses the table clock."""

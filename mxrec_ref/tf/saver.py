@@ -17,7 +17,7 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
-from ..checkpoint import fault_point
+from ..checkpoint import delta_bases, fault_point
 from . import config_initializer
 from .config_initializer import ConfigInitializer
 
@@ -76,27 +76,10 @@ def _prune(checkpoint_path: str) -> None:
     kept = {e for e in folders if os.path.exists(os.path.join(head, e[len("sparse-"):] + ".index"))}
     needed = set(kept)
     for entry in kept:                 # the bases kept deltas build on (CKPT-9)
-        needed |= _chain(os.path.join(head, entry))
+        needed |= {os.path.basename(base) for base in delta_bases(os.path.join(head, entry))}
     for entry in folders:
         if entry not in needed:
             shutil.rmtree(os.path.join(head, entry), ignore_errors=True)
-
-
-def _chain(folder: str) -> set[str]:
-    """Names of the checkpoint folders a sparse folder's deltas build on."""
-    names, todo = set(), [folder]
-    while todo:
-        current = todo.pop()
-        for table in os.listdir(current) if os.path.isdir(current) else []:
-            meta = os.path.join(current, table, "meta.json")
-            if os.path.isfile(meta):
-                previous = json.load(open(meta)).get("previous")
-                if previous:
-                    base = os.path.normpath(os.path.join(current, previous))
-                    if os.path.basename(base) not in names:
-                        names.add(os.path.basename(base))
-                        todo.append(base)
-    return names
 
 
 def save(dense_save, saver, sess, save_path, global_step=None, *args, save_delta=False,
