@@ -474,6 +474,27 @@ def list_tables(directory) -> list[str]:
         return []
 
 
+def delta_bases(directory) -> list[str]:
+    """The checkpoint folders the tables' deltas in ``directory`` build on,
+    directly or through other deltas (CKPT-9), sorted; for pruning old
+    checkpoints without deleting a base a kept delta needs.  A table whose
+    ``meta.json`` cannot be read names no base (reading it reports that)."""
+    bases, todo = set(), [os.path.normpath(directory)]
+    while todo:
+        folder = todo.pop()
+        for table in list_tables(folder):
+            try:
+                previous = json.loads(Path(folder, table, "meta.json").read_text()).get("previous")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(previous, str) and previous:
+                base = os.path.normpath(os.path.join(folder, previous))
+                if base not in bases:
+                    bases.add(base)
+                    todo.append(base)
+    return sorted(bases)
+
+
 # --------------------------------------------------------------- manifest
 MANIFEST = "manifest.json"
 

@@ -285,6 +285,22 @@ def test_tf_6_incremental_saves_through_the_saver(backend, tmp_path):
         assert table.store.export().differences(exports[name]) == []
 
 
+def test_tf_6_a_damaged_checkpoint_does_not_fail_the_next_save(backend, tmp_path):
+    """Pruning follows delta chains through mxrec_ref.checkpoint; a kept
+    checkpoint whose table meta.json is damaged names no base, and the next
+    save still succeeds (the saver's own JSON parse raised JSONDecodeError)."""
+    handles = tf_model.build(backend)
+    with handles["graph"].as_default():
+        saver = tf.compat.v1.train.Saver(max_to_keep=3)
+    _, session = tf_model.train(handles, 1)
+    saver.save(session, str(tmp_path / "model"), global_step=1)
+    (tmp_path / "sparse-model-1" / "user" / "meta.json").write_text("{not json")
+    tf_model.train(handles, 1, session)
+    assert saver.save(session, str(tmp_path / "model"), global_step=2) == str(tmp_path / "model-2")
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("sparse-")) == [
+        "sparse-model-1", "sparse-model-2"]
+
+
 def test_tf_5_evict_hook_time_interval_with_an_injected_clock(backend):
     """The time-interval trigger reads the hook's clock (injectable, so tests and
     reproducible runs need no wall clock); eviction itself uses the table clock."""
@@ -298,3 +314,40 @@ def test_tf_5_evict_hook_time_interval_with_an_injected_clock(backend):
         now[0] = 101.0
         session.run(handles["train"])
     assert sum(hook.evicted.values()) > 0
+
+
+def _rows_after_one_step(backend, with_later_lookup: bool):
+    """One LazyAdam step of lookup A (keys 1, 2) in a graph without a global
+    step; optionally a second training lookup B of the same table that runs after
+    A (its ids wait for A's rows) and before the apply (A's gradient waits for B)."""
+    tf_model.fresh_graph()
+    with tf.Graph().as_default():
+        mx.init(backend=backend)
+        table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+        optimizer = mx.optimizers.lazy_adam.create_hash_optimizer(learning_rate=0.1)
+        first = mx.sparse_lookup(table, tf.constant([1, 2], tf.int64), modify_graph=True)
+        _, sparse = mx.get_dense_and_sparse_variable()
+        grad, = tf.gradients(tf.reduce_sum(first), sparse)
+        waits = []
+        if with_later_lookup:
+            with tf.control_dependencies([first]):
+                later_ids = tf.identity(tf.constant([7], tf.int64))
+            waits = [mx.sparse_lookup(table, later_ids, modify_graph=True, is_grad=False)]
+        with tf.control_dependencies(waits):      # the apply runs after lookup B
+            grad = tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
+        train = optimizer.apply_gradients([(grad, sparse[0])])
+        with tf.compat.v1.Session() as session:
+            session.run(train)
+        state = table.store.export()
+        mx.terminate_config_initializer()
+    return {int(k): v.tolist() for k, v in zip(state.keys, state.values) if k in (1, 2)}
+
+
+def test_tf_14_the_apply_takes_the_step_of_the_lookup_that_fed_its_gradient(backend):
+    """The apply op gets its step from the lookup op (a graph input), so a later
+    training lookup of the table in the same run (step 1) does not change the step
+    of lookup A's update (step 0): LazyAdam's bias correction of A's rows is the
+    same as without lookup B.  (It read ``table.last_train_step``, B's step.)"""
+    alone = _rows_after_one_step(backend, with_later_lookup=False)
+    assert alone[1] != [1.0, 1.0]
+    assert _rows_after_one_step(backend, with_later_lookup=True) == alone

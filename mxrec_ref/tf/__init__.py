@@ -7,10 +7,11 @@ import tensorflow as tf
 
 from . import constants, optimizers
 from .convert import convert_embedding_variables
-from .config_initializer import ConfigInitializer, init, is_initialized, terminate_config_initializer
+from .config_initializer import ConfigInitializer, is_initialized
 from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
 from .graph_modifier import GraphModifierHook, modify_graph_and_start_emb_cache
 from .hooks import EvictHook, StatsSummaryHook
+from .initialize import init, terminate_config_initializer
 from .lookup import sparse_lookup
 from .table import SparseTable, create_table, set_threshold
 from .warm_start import WarmStartHook, WarmStartSettings, scaffold_init_fn, warm_start

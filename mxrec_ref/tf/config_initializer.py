@@ -1,18 +1,21 @@
-"""`init()` and the process-wide configuration singleton (reference 1.2).
+"""The process-wide configuration singleton (reference 1.2): the registry at
+the bottom of the TF layer.
 
 mxRec keeps one ``ConfigInitializer`` per process: ``init`` creates it (a
-second ``init`` raises), ``terminate_config_initializer`` destroys it.  It
-holds the tables, the one global sparse optimizer, the feature specs and the
-mode switches (dynamic shape, dynamic expansion, backend).
+second ``init`` raises), ``terminate_config_initializer`` destroys it (both in
+``initialize.py``, which also installs the TF patches).  It holds the tables,
+the one global sparse optimizer, the feature specs and the mode switches
+(dynamic shape, dynamic expansion, backend).  This module imports nothing of
+the TF layer but its constants, so every other module can import it.
 """
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import warnings
 from types import SimpleNamespace
 
+from ..backends import available_backends, unknown_backend_reason
 from .constants import BACKEND_ENV, EVAL_CHANNEL_ID, IGNORED_ENV, MAX_INT32, TRAIN_CHANNEL_ID
 
 logger = logging.getLogger("mxrec_ref.tf")
@@ -91,7 +94,7 @@ class ConfigInitializer:
     def __init__(self, **kwargs):
         unknown = sorted(set(kwargs) - _KNOWN_KWARGS)
         if unknown:
-            warnings.warn(f"mxrec_ref.init: ignoring unknown arguments {unknown}", stacklevel=3)
+            warnings.warn(f"mxrec_ref.init: ignoring unknown arguments {unknown}", stacklevel=4)  # past create, init
         for name in sorted(n for n in set(kwargs) & set(NPU_ONLY_KWARGS) if kwargs[n] != _NPU_DEFAULTS.get(n, ...)):
             log_once(f"init:{name}", f"init: {name} is accepted and ignored: {NPU_ONLY_KWARGS[name]}")
         for name in _STEP_KWARGS:
@@ -109,8 +112,6 @@ class ConfigInitializer:
             setattr(self, name, bool(value))
         # an explicit argument beats the environment variable, which beats the default
         backend = kwargs.get("backend") or os.environ.get(BACKEND_ENV) or "fast"
-        from ..backends import available_backends, unknown_backend_reason
-
         if backend not in available_backends():
             raise ValueError(f"init: backend: {unknown_backend_reason(backend)}")
         self.backend = backend
@@ -147,21 +148,21 @@ class ConfigInitializer:
         return _INSTANCE
 
 
-def init(**kwargs) -> ConfigInitializer:
-    """Create the configuration (mxRec's kwargs, plus ``backend="fast"|"ref"``,
-    the MXREC_REF_BACKEND environment variable when no backend is given)."""
+def create(**kwargs) -> ConfigInitializer:
+    """Make the process's configuration from ``init``'s kwargs (plus ``backend="fast"|"ref"``,
+    the MXREC_REF_BACKEND environment variable when no backend is given); a second one raises."""
     global _INSTANCE
     if _INSTANCE is not None:
         raise EnvironmentError("mx_rec has been initialized; call terminate_config_initializer() first")
     _INSTANCE = ConfigInitializer(**kwargs)
-    log_ignored_environment()
-    from . import fatal, graph_modifier, saver
-
-    fatal.install()
-    saver.install()
-    graph_modifier.install()
-    atexit.register(terminate_config_initializer)
     return _INSTANCE
+
+
+def discard() -> bool:
+    """Forget the configuration (every table and the optimizer); False if there was none."""
+    global _INSTANCE
+    existed, _INSTANCE = _INSTANCE is not None, None
+    return existed
 
 
 def log_ignored_environment() -> None:
@@ -171,18 +172,6 @@ def log_ignored_environment() -> None:
         if os.environ.get(name) not in (None, "", "0"):
             level = logging.WARNING if name == "USE_COMBINE_FAAE" else logging.INFO
             log_once(f"env:{name}", f"{name}={os.environ[name]} is accepted and ignored: {reason}", level)
-
-
-def terminate_config_initializer() -> None:
-    """Forget every table and the optimizer; idempotent."""
-    global _INSTANCE
-    if _INSTANCE is None:
-        return
-    from . import graph_modifier, saver
-
-    saver.uninstall()
-    graph_modifier.uninstall()
-    _INSTANCE = None
 
 
 def is_initialized() -> bool:

@@ -11,8 +11,9 @@ call can no longer take it once the interpreter is finalizing.  The process
 then never exits (seen as a 0 % CPU hang in ``TF_CloseSession``); an early
 error makes that likely, because the pipeline is still filling its buffers.
 
-So ``init()`` installs an exception hook that, for an uncaught error:
-prints the store error as one line (``MXREC_REF_VERBOSE=1``: the whole chain),
+So ``init()`` installs (through ``patches.py``) an exception hook that, for an
+uncaught error: prints the store error as one line (``MXREC_REF_VERBOSE=1``: the
+whole chain),
 closes every live session while the interpreter can still run the pipeline's
 Python threads, and arms a C-level watchdog (``faulthandler``, which needs no
 GIL) that ends the process with status 1 if shutdown still blocks.
@@ -34,7 +35,6 @@ VERBOSE_ENV = "MXREC_REF_VERBOSE"
 
 _sessions: "weakref.WeakSet" = weakref.WeakSet()
 _last_error: list = []      # the latest store error, to find it again inside a TensorFlow OpError
-_original = {}
 _devnull = []
 
 
@@ -93,25 +93,16 @@ def shut_down_promptly(grace_s: float | None = None) -> None:
             pass
 
 
-def _excepthook(kind, value, tb):
+def track_session(session) -> None:
+    """Remember a live session, to close it when an error ends the script
+    (``patches.py`` calls this from every ``Session.__init__``)."""
+    _sessions.add(session)
+
+
+def excepthook(kind, value, tb, previous) -> None:
+    """``sys.excepthook`` once ``init()`` ran (installed by ``patches.py``): an
+    uncaught error is reported and the process made able to exit; an interrupt
+    or a non-``Exception`` goes to the ``previous`` hook."""
     if isinstance(value, KeyboardInterrupt) or not issubclass(kind, Exception):
-        return _original["excepthook"](kind, value, tb)
+        return previous(kind, value, tb)
     report(value)
-
-
-def install() -> None:
-    """Track sessions and install the exception hook (called by init(); idempotent)."""
-    if _original:
-        return
-    from tensorflow.python.client import session as tf_session
-
-    init = tf_session.BaseSession.__init__
-
-    def tracked_init(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        _sessions.add(self)
-
-    _original["session_init"] = init
-    _original["excepthook"] = sys.excepthook
-    tf_session.BaseSession.__init__ = tracked_init
-    sys.excepthook = _excepthook

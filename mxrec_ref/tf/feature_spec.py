@@ -12,7 +12,7 @@ import itertools
 
 import tensorflow as tf
 
-from .config_initializer import ConfigInitializer
+from .config_initializer import ConfigInitializer, log_ignored_environment, log_once
 from .constants import MAX_INT32
 
 MERGED_IDS_KEY = "__mxrec_ids__/{table}"
@@ -101,8 +101,6 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
     if len(timestamps) > 1:
         raise ValueError("get_asc_insert_func: only one FeatureSpec may have is_timestamp=True")
     if kwargs.get("dump_graph"):
-        from .config_initializer import log_once
-
         log_once("insert:dump_graph", "get_asc_insert_func: dump_graph=True is accepted and ignored: the insert "
                  "function is a plain dataset.map, with no key-shipping graph to dump")
     groups = specs_by_table(specs)
@@ -139,8 +137,6 @@ def start_asc_pipeline() -> None:
     instance = ConfigInitializer.get_instance()
     if not instance.tables:
         raise RuntimeError("start_asc_pipeline: no table has been created")
-    from .config_initializer import log_ignored_environment
-
     log_ignored_environment()
     for table in instance.tables.values():
         table.store  # noqa: B018 - creates the store with the final config and optimizer

@@ -25,21 +25,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops
 
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
 
 # graph (weakly) -> {iterator op name: (dataset, kind)}
 _ITERATORS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-_ORIGINAL: dict = {}
 
 
 @dataclass
 class LookupRecord:
     table: object
     ids: tf.Tensor
-    step: object              # lookup._StepOp
+    step: object              # lookup._StepOp (duck-typed: the lookup module imports this one)
     is_train: bool
     graph: object
     done: bool = False
@@ -49,7 +47,7 @@ class LookupRecord:
 class _TableGroup:
     """The modify-mode lookups of one table and mode on one iterator."""
     records: list = field(default_factory=list)
-    current: tuple | None = None   # (LookupResult, offsets) of this step's merged store call
+    current: tuple | None = None   # (LookupResult, offsets, step used) of this step's merged store call
 
 
 def record_lookup(table, ids, step, is_train: bool) -> None:
@@ -60,33 +58,27 @@ def record_lookup(table, ids, step, is_train: bool) -> None:
 
 
 # ------------------------------------------------------ iterator registry
-def _recording(method, kind):
-    def wrapper(self, *args, **kwargs):
-        iterator = method(self, *args, **kwargs)
-        resource = getattr(iterator, "_iterator_resource", None)
-        if resource is not None and not tf.executing_eagerly():
-            _ITERATORS.setdefault(resource.graph, {})[resource.op.name] = (self, kind)
-        return iterator
-    return wrapper
+def note_iterator(dataset, iterator, kind: str) -> None:
+    """Remember the dataset a TF1 iterator reads (``patches.py`` calls this from
+    ``make_one_shot_iterator`` / ``make_initializable_iterator`` after init())."""
+    resource = getattr(iterator, "_iterator_resource", None)
+    if resource is not None and not tf.executing_eagerly():
+        _ITERATORS.setdefault(resource.graph, {})[resource.op.name] = (dataset, kind)
 
 
-def install() -> None:
-    """Record which dataset each TF1 iterator reads (called by init())."""
-    if _ORIGINAL:
-        return
-    cls = dataset_ops.DatasetV1
-    _ORIGINAL["one_shot"] = cls._make_one_shot_iterator
-    _ORIGINAL["initializable"] = cls._make_initializable_iterator
-    cls._make_one_shot_iterator = _recording(_ORIGINAL["one_shot"], "one_shot")
-    cls._make_initializable_iterator = _recording(_ORIGINAL["initializable"], "initializable")
-
-
-def uninstall() -> None:
-    if not _ORIGINAL:
-        return
-    cls = dataset_ops.DatasetV1
-    cls._make_one_shot_iterator = _ORIGINAL.pop("one_shot")
-    cls._make_initializable_iterator = _ORIGINAL.pop("initializable")
+def iterator_output_of(tensor):
+    """The IteratorGetNext op a tensor is computed from (breadth-first up its
+    inputs), or None."""
+    seen, frontier = set(), [tensor.op]
+    while frontier:
+        op = frontier.pop(0)
+        if op.type == "IteratorGetNext":
+            return op
+        for source in op.inputs:
+            if source.op.name not in seen:
+                seen.add(source.op.name)
+                frontier.append(source.op)
+    return None
 
 
 # -------------------------------------------------------------- rewrite
@@ -137,8 +129,6 @@ def _check_gradients_built(graph, record) -> None:
 
 def _find_get_next(record):
     """Breadth-first up the inputs of the ids to the IteratorGetNext feeding them."""
-    from .lookup import iterator_output_of
-
     op = iterator_output_of(record.ids)
     if op is not None:
         return op
@@ -236,15 +226,14 @@ def _ids_subgraph(get_next, ids_tensors):
 
 
 def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dict) -> None:
-    from .lookup import store_call
-
     first = group.records[0]
     table, is_train, step = first.table, first.is_train, first.step
     has_timestamp = step.has_timestamp
 
     def run(ids, sizes, step_value, stamp_value):
-        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, step.pad_to)
-        group.current = (result, np.concatenate([[0], np.cumsum(sizes)]))
+        result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
+                                               timestamp=stamp_value if has_timestamp else None, pad_to=step.pad_to)
+        group.current = (result, np.concatenate([[0], np.cumsum(sizes)]), step_used)
         return np.int64(len(result.unique_keys))
 
     # the step and timestamp tensors may be outputs of the old iterator: read the new one's

@@ -15,12 +15,11 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from ..errors import MxrecError, UsageError
-from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
+from .graph_modifier import iterator_output_of, record_lookup
 from .table import SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
@@ -28,7 +27,8 @@ GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indi
 # Per graph (weakly, so a dropped graph and its tensors are freed):
 # (merged ids, is_train) -> the step op, so lookups of one table share one store call
 _STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-# unique-keys tensor -> table, for the dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+# unique-keys tensor -> (table, the step tensor of its training lookup): for the
+# dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET) and the step of the apply
 _KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -37,7 +37,44 @@ _INTERNAL_KWARGS = {"feature_spec_name_ids_dict", "multi_lookup", "lookup_ids"}
 
 def table_of_keys(tensor):
     """The table whose lookup produced this unique-keys tensor, or None."""
-    return _KEYS_TO_TABLE.get(tensor.graph, {}).get(tensor.ref())
+    entry = _KEYS_TO_TABLE.get(_graph_of(tensor), {}).get(tensor.ref())
+    return entry[0] if entry else None
+
+
+def _graph_of(tensor):
+    return tf.compat.v1.get_default_graph() if tf.executing_eagerly() else tensor.graph
+
+
+def train_step_of(table, keys):
+    """The step the training lookups feeding ``keys`` used (an int64 scalar
+    tensor), for the sparse apply of the same step: it comes from the lookup op
+    by data flow, never from state a later lookup could have changed.
+
+    ``keys`` are the gradient's indices: one lookup's unique keys, or the
+    concatenation TF builds for several lookups of the table; the lookups are
+    found by walking up from them.  Where no lookup is above them (a rewritten
+    optimizer update, or eager execution where tensors have no inputs), the
+    table's training lookups in this graph give it.  Several lookups: the
+    latest step (with a global step they are all equal)."""
+    registered = _KEYS_TO_TABLE.get(_graph_of(keys), {})
+    steps, seen, frontier = [], set(), [keys]
+    while frontier and not tf.executing_eagerly():
+        tensor = frontier.pop()
+        entry = registered.get(tensor.ref())
+        if entry is not None:
+            if entry[0] is table:
+                steps.append(entry[1])
+            continue
+        for source in tensor.op.inputs:
+            if source.ref() not in seen:
+                seen.add(source.ref())
+                frontier.append(source)
+    if not steps:
+        steps = [step for owner, step in registered.values() if owner is table]
+    if not steps:
+        raise ValueError(f"table {table.table_name!r}: grad: no training sparse_lookup of this table in this graph; "
+                         f"build the lookups and apply_gradients in one graph")
+    return steps[0] if len(steps) == 1 else tf.reduce_max(tf.stack(steps))
 
 
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
@@ -92,8 +129,6 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
     with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
         step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments)
         if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
-            from .graph_modifier import record_lookup
-
             record_lookup(table, feature, step, bool(is_train))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
         embeddings = tf.reshape(step.embeddings[segment], shape)
@@ -106,21 +141,6 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         if not is_grad:
             embeddings = tf.stop_gradient(embeddings)
         return embeddings
-
-
-def iterator_output_of(tensor):
-    """The IteratorGetNext op a tensor is computed from (breadth-first up its
-    inputs), or None."""
-    seen, frontier = set(), [tensor.op]
-    while frontier:
-        op = frontier.pop(0)
-        if op.type == "IteratorGetNext":
-            return op
-        for source in op.inputs:
-            if source.op.name not in seen:
-                seen.add(source.op.name)
-                frontier.append(source.op)
-    return None
 
 
 def _mode_timestamp(table, feature, is_train: bool):
@@ -197,29 +217,6 @@ class MergedShare:
         self.segment = 0
 
 
-def store_call(table, ids, step_value, stamp_value, is_train: bool, has_timestamp: bool, pad_to):
-    """The one place the TF layer calls ``store.lookup``."""
-    step_value = int(step_value)
-    if step_value < 0:            # no global step in the graph: count this table's training lookups
-        step_value = table.train_lookups_run
-    if has_timestamp and np.ndim(stamp_value) != 0:   # rank unknown at graph construction
-        error = UsageError(f"table {table.table_name!r}: timestamp: the batch timestamp must be a scalar, got "
-                           f"shape {np.shape(stamp_value)}; build it with import_host_pipeline_ops()."
-                           f"return_timestamp(...) or reduce it (e.g. tf.reduce_max)")
-        fatal.note(error)
-        raise error
-    try:
-        result = table.store.lookup(ids, train=is_train, step=step_value if is_train else None,
-                                    timestamp=int(stamp_value) if has_timestamp and is_train else None, pad_to=pad_to)
-    except MxrecError as error:
-        fatal.note(error)
-        raise
-    if is_train:
-        table.train_lookups_run += 1
-        table.last_train_step = step_value
-    return result
-
-
 def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
     cache_key = (merged.ref(), is_train)
@@ -233,23 +230,30 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
 
     def run(ids, step_value, stamp_value):
         if share.source is not None:          # merged by the graph modifier: read this lookup's segment
-            result, offsets = share.source.current
+            result, offsets, step_used = share.source.current
             low, high = offsets[share.segment], offsets[share.segment + 1]
-            return result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted
-        result = store_call(table, ids, step_value, stamp_value, is_train, has_timestamp, pad_to)
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted
+            return (result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted,
+                    np.int64(step_used))
+        result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
+                                               timestamp=stamp_value if has_timestamp else None, pad_to=pad_to)
+        return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used)
 
-    unique_keys, rows, inverse, admitted = tf.numpy_function(
-        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool], stateful=True,
+    unique_keys, rows, inverse, admitted, step_used = tf.numpy_function(
+        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64], stateful=True,
         name="store_lookup")
     unique_keys.set_shape([pad_to])
     rows.set_shape([pad_to, table.emb_size])
     inverse.set_shape(merged.shape)
     admitted.set_shape([pad_to])
+    step_used.set_shape([])
     if is_train:
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
-        _KEYS_TO_TABLE.setdefault(unique_keys.graph, {})[unique_keys.ref()] = table
+        registered = _KEYS_TO_TABLE.setdefault(_graph_of(unique_keys), {})
+        if tf.executing_eagerly():        # eager tensors have no inputs to walk: keep the latest lookup only
+            for ref in [r for r, (owner, _) in registered.items() if owner is table]:
+                del registered[ref]
+        registered[unique_keys.ref()] = (table, step_used)
     # One gather for every lookup of the table, split into the lookups' shares:
     # the gradient of a split is one concat, and the custom gradient below sums
     # it per unique key in one op (instead of one small graph per lookup).

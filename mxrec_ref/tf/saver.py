@@ -1,9 +1,9 @@
 """Sparse tables in TF checkpoints (reference section 3).
 
 ``init()`` patches ``tf.compat.v1.train.Saver`` (the class every Scaffold and
-MonitoredTrainingSession uses) so that ``save(sess, "<dir>/model",
-global_step=N)`` also writes every ``is_save`` table to
-``<dir>/sparse-model-N/<table>/`` and ``restore`` reads them back;
+MonitoredTrainingSession uses; the patch is in ``patches.py``) so that
+``save(sess, "<dir>/model", global_step=N)`` also writes every ``is_save``
+table to ``<dir>/sparse-model-N/<table>/`` and ``restore`` reads them back;
 ``max_to_keep`` prunes sparse folders with their dense checkpoints.
 ``terminate_config_initializer()`` removes the patch.
 """
@@ -16,12 +16,10 @@ import shutil
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.training import saver as tf_saver
 
-from ..checkpoint import fault_point
+from ..checkpoint import delta_bases, fault_point
+from . import config_initializer
 from .config_initializer import ConfigInitializer
-
-_ORIGINAL = {}
 
 
 def sparse_dir(checkpoint_path: str) -> str:
@@ -78,40 +76,22 @@ def _prune(checkpoint_path: str) -> None:
     kept = {e for e in folders if os.path.exists(os.path.join(head, e[len("sparse-"):] + ".index"))}
     needed = set(kept)
     for entry in kept:                 # the bases kept deltas build on (CKPT-9)
-        needed |= _chain(os.path.join(head, entry))
+        needed |= {os.path.basename(base) for base in delta_bases(os.path.join(head, entry))}
     for entry in folders:
         if entry not in needed:
             shutil.rmtree(os.path.join(head, entry), ignore_errors=True)
 
 
-def _chain(folder: str) -> set[str]:
-    """Names of the checkpoint folders a sparse folder's deltas build on."""
-    names, todo = set(), [folder]
-    while todo:
-        current = todo.pop()
-        for table in os.listdir(current) if os.path.isdir(current) else []:
-            meta = os.path.join(current, table, "meta.json")
-            if os.path.isfile(meta):
-                previous = json.load(open(meta)).get("previous")
-                if previous:
-                    base = os.path.normpath(os.path.join(current, previous))
-                    if os.path.basename(base) not in names:
-                        names.add(os.path.basename(base))
-                        todo.append(base)
-    return names
-
-
-def _save(self, sess, save_path, global_step=None, *args, save_delta=False, is_incremental_checkpoint=False,
-          **kwargs):
-    """Tables first, then the dense checkpoint: TF writes its ``checkpoint``
-    state file last, so a checkpoint is listed only once its tables are
-    complete; a crash in between leaves an unlisted sparse folder (TF-6, CKPT-8)."""
-    from . import config_initializer
-
+def save(dense_save, saver, sess, save_path, global_step=None, *args, save_delta=False,
+         is_incremental_checkpoint=False, **kwargs):
+    """``Saver.save`` with the tables (``dense_save`` is TF's own).  Tables
+    first, then the dense checkpoint: TF writes its ``checkpoint`` state file
+    last, so a checkpoint is listed only once its tables are complete; a crash
+    in between leaves an unlisted sparse folder (TF-6, CKPT-8)."""
     if config_initializer.is_initialized():
         save_tables(_checkpoint_path(sess, save_path, global_step),
                     incremental=bool(save_delta or is_incremental_checkpoint))
-    path = _ORIGINAL["save"](self, sess, save_path, global_step, *args, **kwargs)
+    path = dense_save(saver, sess, save_path, global_step, *args, **kwargs)
     fault_point("saver: dense checkpoint written")
     if path and config_initializer.is_initialized():
         _prune(path)
@@ -127,26 +107,9 @@ def _checkpoint_path(sess, save_path: str, global_step) -> str:
     return f"{save_path}-{int(global_step)}"
 
 
-def _restore(self, sess, save_path):
-    result = _ORIGINAL["restore"](self, sess, save_path)
-    from . import config_initializer
-
+def restore(dense_restore, saver, sess, save_path):
+    """``Saver.restore`` with the tables (``dense_restore`` is TF's own)."""
+    result = dense_restore(saver, sess, save_path)
     if config_initializer.is_initialized():
         restore_tables(save_path)
     return result
-
-
-def install() -> None:
-    if _ORIGINAL:
-        return
-    _ORIGINAL["save"] = tf_saver.Saver.save
-    _ORIGINAL["restore"] = tf_saver.Saver.restore
-    tf_saver.Saver.save = _save
-    tf_saver.Saver.restore = _restore
-
-
-def uninstall() -> None:
-    if not _ORIGINAL:
-        return
-    tf_saver.Saver.save = _ORIGINAL.pop("save")
-    tf_saver.Saver.restore = _ORIGINAL.pop("restore")

@@ -7,6 +7,7 @@ which tables, which statistics, in which order.
 from __future__ import annotations
 
 from ..store import STAT_NAMES, Store
+from .config_initializer import ConfigInitializer, is_initialized
 
 TAG_PREFIX = "mxrec"
 
@@ -66,8 +67,6 @@ def table_stats(tables=None) -> dict[str, dict[str, int]]:
     TF-layer table whose store has not been opened yet (no lookup ran) has no
     statistics and is left out."""
     if tables is None:
-        from .config_initializer import ConfigInitializer, is_initialized
-
         tables = list(ConfigInitializer.get_instance().tables.values()) if is_initialized() else []
     result = {}
     for table in tables:

@@ -16,7 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from ..config import Initializer, TableConfig
-from ..store import open_store
+from ..errors import MxrecError, UsageError
+from ..store import LookupResult, open_store
+from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION, MULTI_LOOKUP_TIMES
 
@@ -97,6 +99,36 @@ class SparseTable:
                     self._store = open_store(self.config, optimizer.store_optimizer if optimizer else None,
                                              backend=instance.backend)
         return self._store
+
+    def lookup_batch(self, ids, *, is_train: bool, step: int, timestamp=None, pad_to=None) -> tuple[LookupResult, int]:
+        """The one place the TF layer calls ``store.lookup``: one call per table,
+        mode and batch (the merged ids of every lookup of the table).
+
+        ``step`` < 0 means the graph has no global step: a training lookup then
+        takes this table's count of training lookups run (TF-5).  ``timestamp``
+        is the batch's data timestamp, or None.  Returns the result and the step
+        the lookup used, which the sparse apply of the same step receives by
+        data flow."""
+        step = int(step)
+        if step < 0:
+            step = self.train_lookups_run
+        if timestamp is not None and np.ndim(timestamp) != 0:   # rank unknown at graph construction
+            error = UsageError(f"table {self.table_name!r}: timestamp: the batch timestamp must be a scalar, got "
+                               f"shape {np.shape(timestamp)}; build it with import_host_pipeline_ops()."
+                               f"return_timestamp(...) or reduce it (e.g. tf.reduce_max)")
+            fatal.note(error)
+            raise error
+        try:
+            result = self.store.lookup(ids, train=is_train, step=step if is_train else None,
+                                       timestamp=int(timestamp) if timestamp is not None and is_train else None,
+                                       pad_to=pad_to)
+        except MxrecError as error:
+            fatal.note(error)
+            raise
+        if is_train:
+            self.train_lookups_run += 1
+            self.last_train_step = step      # read by EvictHook for its step interval
+        return result, step
 
     def continue_clock(self, lookups_run: int | None) -> None:
         """After a restore, training lookups in a graph without a global step go on

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from ..checkpoint import read_table
 from .config_initializer import ConfigInitializer
 from .saver import sparse_dir
 
@@ -70,8 +71,6 @@ def warm_start(settings: WarmStartSettings, now: int | None = None) -> dict:
     tables = ConfigInitializer.get_instance().tables
     for plan in plans:                                    # validate every table of every path first
         for name, source in plan.tables.items():
-            from ..checkpoint import read_table
-
             table = tables[name]
             read_table(sparse_dir(plan.checkpoint), table.config, table.store.optimizer, source_table=source,
                        slots_required=False)

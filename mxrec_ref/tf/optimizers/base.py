@@ -18,6 +18,7 @@ from ...errors import MxrecError
 from ...optimizers import SparseOptimizer
 from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
+from ..lookup import table_of_keys, train_step_of
 
 _names = itertools.count()
 
@@ -45,8 +46,6 @@ class HashOptimizer:
         return self._name
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
-        from ..lookup import table_of_keys
-
         tables_by_variable = {t.variable.ref(): t for t in ConfigInitializer.get_instance().tables.values()}
         updates = []
         for grad, var in grads_and_vars:
@@ -64,7 +63,7 @@ class HashOptimizer:
             else:
                 raise TypeError(f"optimizer {self._name!r}: var: {getattr(var, 'name', var)!r} is not a sparse "
                                 f"table variable or lookup id offset; train dense variables with a TF optimizer")
-            updates.append(_apply_op(table, keys, values))
+            updates.append(_apply_op(table, keys, values, train_step_of(table, keys)))
         with tf.control_dependencies(updates):
             if global_step is not None:
                 return tf.compat.v1.assign_add(global_step, 1, name=name)
@@ -80,13 +79,16 @@ def note_ignored_options(optimizer: str, **options) -> None:
                      f"store applies each table's update in one locked call, with no fused NPU kernel")
 
 
-def _apply_op(table, keys, values):
-    def apply(keys_value, values_value):
+def _apply_op(table, keys, values, step):
+    """The store's apply for (keys, gradient rows); ``step`` is the step tensor
+    of the lookups the gradient comes from (``lookup.train_step_of``), a graph
+    input, so lookup and apply of one step agree by data flow."""
+    def apply(keys_value, values_value, step_value):
         try:
-            return np.int64(table.store.apply_gradients(keys_value, values_value, step=table.last_train_step))
+            return np.int64(table.store.apply_gradients(keys_value, values_value, step=int(step_value)))
         except MxrecError as error:
             fatal.note(error)
             raise
 
-    return tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32)], tf.int64,
+    return tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32), step], tf.int64,
                              stateful=True, name=f"{table.table_name}_sparse_apply")

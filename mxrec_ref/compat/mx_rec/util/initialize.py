@@ -1,14 +1,18 @@
 """mxRec's init module, with the older module-level helpers (reference 1.2)."""
-from mxrec_ref.tf import config_initializer as _config
-from mxrec_ref.tf.config_initializer import ConfigInitializer, terminate_config_initializer  # noqa: F401
+from mxrec_ref.tf import EvictHook
+from mxrec_ref.tf import initialize as _initialize
+from mxrec_ref.tf.config_initializer import ConfigInitializer
+from mxrec_ref.tf.initialize import terminate_config_initializer  # noqa: F401
 
 from .communication.hccl_ops import get_device_id, get_rank_id, get_rank_size  # noqa: F401
 from .log import logger  # noqa: F401
+from .ops import clear_channel as _clear_channel
+from .ops import import_host_pipeline_ops
 
 
 def init(**kwargs):
     """mxRec's init: NPU-only options are accepted and logged once (mxrec_ref.tf.config_initializer)."""
-    return _config.init(**kwargs)
+    return _initialize.init(**kwargs)
 
 
 def _instance():
@@ -24,14 +28,10 @@ def get_initializer(is_training: bool):
 
 
 def clear_channel(is_train_channel: bool = True):
-    from .ops import clear_channel as clear
-
-    return clear(0 if is_train_channel else 1)
+    return _clear_channel(0 if is_train_channel else 1)
 
 
 def trigger_evict():
-    from mxrec_ref.tf import EvictHook
-
     return EvictHook(evict_enable=True).evict_now()
 
 
@@ -44,8 +44,6 @@ def get_use_static() -> bool:
 
 
 def get_host_pipeline_ops():
-    from .ops import import_host_pipeline_ops
-
     return import_host_pipeline_ops()
 
 
