@@ -266,8 +266,13 @@ def _interrupted_switch(root: Path, name: str) -> Path | None:
         entries = [e for e in os.scandir(root) if pattern.fullmatch(e.name)]
     except OSError:
         return None
-    entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime_ns, reverse=True)
-    return Path(entries[0].path) if entries else None
+    dated = []
+    for entry in entries:
+        try:
+            dated.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.path))
+        except FileNotFoundError:
+            continue       # the concurrent save finished and removed it since the listing (CKPT-11)
+    return Path(max(dated)[1]) if dated else None
 
 
 def _exists_at(fd: int, name: str) -> bool:
