@@ -17,10 +17,7 @@ import pytest
 
 PACKAGE = "mxrec_ref"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
-# The TF layer (tf/, compat/) is rebuilt by its own step of issue 15 (item 5); until it lands its
-# two known cycles (config_initializer <-> saver/graph_modifier, lookup <-> graph_modifier) stay
-# out of this check, which covers every other module.
-EXCLUDED = (f"{PACKAGE}.tf", f"{PACKAGE}.compat")
+EXCLUDED: tuple[str, ...] = ()      # every module is checked, the TF layer and the mx_rec alias included
 
 
 def module_name(path: Path) -> str:
@@ -170,3 +167,23 @@ def test_function_local_imports_of_the_project_say_why():
         if lines:
             found[name] = lines
     assert found == {}, f"function-local imports of mxrec_ref without a comment saying why: {found}"
+
+
+# ------------------------------------------------------------ the TF layer (issue 15, item 5)
+def test_config_initializer_is_a_leaf_of_the_tf_layer():
+    tf_layer = {name for name in graph() if name.startswith((f"{PACKAGE}.tf", f"{PACKAGE}.compat"))}
+    assert graph()[f"{PACKAGE}.tf.config_initializer"] & tf_layer <= {f"{PACKAGE}.tf.constants"}
+
+
+def test_the_graph_sees_the_tf_layer_and_the_alias():
+    edges = graph()
+    assert f"{PACKAGE}.tf.config_initializer" in edges[f"{PACKAGE}.tf.table"]
+    assert f"{PACKAGE}.tf.config_initializer" in edges[f"{PACKAGE}.compat.mx_rec.util.initialize"]
+
+
+def test_only_checkpoint_py_reads_the_table_format():
+    """The TF layer goes through mxrec_ref.checkpoint for anything inside a table
+    folder (tf/saver.py parsed meta.json itself to follow delta chains)."""
+    readers = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "tf").rglob("*.py"))
+               if "meta.json" in path.read_text()]
+    assert readers == []
