@@ -59,7 +59,10 @@ def restore_tables(checkpoint_path: str) -> None:
     if tables and not os.path.isdir(source):
         raise FileNotFoundError(f"restore: no sparse checkpoint {source!r} next to {checkpoint_path!r}")
     steps_file = os.path.join(source, TRAIN_STEPS_FILE)
-    steps = json.load(open(steps_file)) if os.path.isfile(steps_file) else {}
+    steps = {}
+    if os.path.isfile(steps_file):
+        with open(steps_file) as handle:      # closed at once: restore runs in long-lived training processes
+            steps = json.load(handle)
     for table in tables:
         table.store.load(source)
         table.continue_clock(steps.get(table.table_name))
