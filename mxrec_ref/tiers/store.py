@@ -237,8 +237,13 @@ class TieredStore(Store):
         self._inner._import_state(state)
         self._spill_to_disk()
 
-    def _check_fits(self, state: TableState) -> None:
+    def _key_limit(self) -> None:
         """Host memory and disk grow: any checkpoint fits (TIER-2)."""
+        return None
+
+    def table_clock(self):
+        with self._lock:
+            return self._inner.clock, self._inner.clock_source
 
 
 def in_memory_config(config: TableConfig) -> TableConfig:
