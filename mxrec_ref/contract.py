@@ -471,9 +471,10 @@ class TierMoves(ABC):
     """What a store offers so that the storage tiers (``mxrec_ref.tiers.TieredStore``) can sit in
     front of it: a DDR or SSD table is the backend's in-memory store behind them (CON-10).
 
-    The tier wrapper calls the ``Store`` hooks (``_lookup``, ``_apply``, ``_evict``, ``_size``,
-    ``_stats``, ``_export``, ``_import_state``, ``_row_handles``, ``set_threshold``) and these.
-    None of them moves a statistic: the wrapper counts what crosses a tier (TIER-10).
+    The tier wrapper uses the store through the members declared here and its public ``Store``
+    API (``size``, ``stats``, ``export``, ``row_handles``, ``set_threshold``), nothing else: the
+    four ``Store`` hooks it drives with arguments it has validated are declared here again.
+    None of the moves changes a statistic: the wrapper counts what crosses a tier (TIER-10).
     ``open_store`` refuses to tier a store that is not a ``TierMoves``."""
 
     device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
@@ -503,6 +504,22 @@ class TierMoves(ABC):
     @abstractmethod
     def _admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(keys ascending, counts, last_seen) of every key holding a row."""
+
+    # The Store hooks the wrapper calls with its own validated arguments, after it has moved the
+    # rows the call needs back into memory (Store declares them; named here so TierMoves lists
+    # everything the tiers use).
+    @abstractmethod
+    def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None, timestamp: int | None,
+                pad_to: int | None, counts: np.ndarray | None) -> LookupResult: ...
+
+    @abstractmethod
+    def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
+
+    @abstractmethod
+    def _evict(self, now: int | None) -> np.ndarray: ...
+
+    @abstractmethod
+    def _import_state(self, state: TableState) -> None: ...
 
 
 def tier_moves_error(config: TableConfig, backend: str, store: Store) -> UsageError:
