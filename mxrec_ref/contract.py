@@ -472,11 +472,15 @@ class TierMoves(ABC):
     front of it: a DDR or SSD table is the backend's in-memory store behind them (CON-10).
 
     The tier wrapper uses the store through the members declared here and its public ``Store``
-    API (``size``, ``stats``, ``export``, ``row_handles``, ``set_threshold``), nothing else: the
-    four ``Store`` hooks it drives with arguments it has validated are declared here again.
+    API (``size``, ``stats``, ``export``, ``row_handles``, ``set_threshold``), nothing else; the
+    four ``Store`` hooks it drives are listed in ``STORE_HOOKS``.
     None of the moves changes a statistic: the wrapper counts what crosses a tier (TIER-10).
     ``open_store`` refuses to tier a store that is not a ``TierMoves``."""
 
+    # The Store hooks the wrapper calls with arguments it has validated, once the rows the call needs
+    # are back in memory (Store declares them abstract; named here, not redeclared, so a mixin order
+    # cannot shadow a base class's implementation).
+    STORE_HOOKS = ("_lookup", "_apply", "_evict", "_import_state")
     device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
     clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
@@ -504,22 +508,6 @@ class TierMoves(ABC):
     @abstractmethod
     def _admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(keys ascending, counts, last_seen) of every key holding a row."""
-
-    # The Store hooks the wrapper calls with its own validated arguments, after it has moved the
-    # rows the call needs back into memory (Store declares them; named here so TierMoves lists
-    # everything the tiers use).
-    @abstractmethod
-    def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None, timestamp: int | None,
-                pad_to: int | None, counts: np.ndarray | None) -> LookupResult: ...
-
-    @abstractmethod
-    def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
-
-    @abstractmethod
-    def _evict(self, now: int | None) -> np.ndarray: ...
-
-    @abstractmethod
-    def _import_state(self, state: TableState) -> None: ...
 
 
 def tier_moves_error(config: TableConfig, backend: str, store: Store) -> UsageError:

@@ -97,7 +97,7 @@ class _Recording:
 
 def _declared() -> set[str]:
     """What CON-10 lets the tiers use: the TierMoves members and the public Store API."""
-    tier_moves = set(TierMoves.__abstractmethods__) | set(TierMoves.__annotations__)
+    tier_moves = set(TierMoves.__abstractmethods__) | set(TierMoves.__annotations__) | set(TierMoves.STORE_HOOKS)
     public = {name for name in dir(Store) if not name.startswith("_")}
     return tier_moves | public
 
