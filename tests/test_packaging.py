@@ -119,7 +119,7 @@ def test_the_installed_command_reports_its_version_and_bench_outside_a_checkout_
         f"{sys.version_info.minor}/site-packages/spec or {tmp_path}/spec; the rule index reads a source checkout "
         f"of mxrec-ref (an installed package has no spec/): run it there or pass --root"]
     rules = _run([str(command), "rules", "ADM-2", "--root", str(REPO)], cwd=tmp_path, env=_clean_env())
-    assert rules.stdout.startswith("ADM-2  (spec/admission.md:7)") and "test_adm_2_" in rules.stdout
+    assert rules.stdout.startswith("ADM-2  (spec/admission.md:") and "test_adm_2_" in rules.stdout
 
 
 def test_the_version_is_written_once():

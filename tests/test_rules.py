@@ -37,7 +37,9 @@ def test_a_rule_prints_its_text_its_tests_and_its_code_sites():
     status, out, err = _rules("adm-2")                   # any case
     assert status == 0 and err == ""
     head, tests, code = out.split("\n\n")
-    assert head.splitlines()[0] == "ADM-2  (spec/admission.md:7)"
+    line = next(n for n, text in enumerate((REPO / "spec/admission.md").read_text().splitlines(), 1)
+                if text.startswith("- **ADM-2**"))
+    assert head.splitlines()[0] == f"ADM-2  (spec/admission.md:{line})"
     assert "count reaches `access_threshold`" in head and "already gets its row" in head   # the continuation line
     assert tests.startswith("tests (") and code.startswith("code (")
     names = [what for _, _, what in _sites(tests)]
@@ -45,7 +47,7 @@ def test_a_rule_prints_its_text_its_tests_and_its_code_sites():
     # a test naming the rule only in its docstring is found too (ADM-2 in the broken-store CLI test)
     assert "test_conformance_names_the_rule_a_broken_store_violates" in names
     sites = _sites(code)
-    assert ("mxrec_ref/ref/store.py" in {path for path, _, _ in sites})
+    assert any(path.startswith("mxrec_ref/ref/") for path, _, _ in sites)      # the reference cites it
     for path, line, _ in _sites(tests) + sites:          # every entry points at a line of a real file
         assert (REPO / path).is_file() and line >= 1, (path, line)
     for path, line, _ in sites:                          # and a code site's line cites the rule itself
@@ -91,7 +93,7 @@ def test_without_a_checkout_it_says_spec_not_found_in_one_line(tmp_path, monkeyp
     assert status == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and err.startswith("mxrec-ref rules: spec not found: ")
     status, out, _ = _rules("ADM-2", "--root", str(REPO))        # pointed at a checkout, it reads that
-    assert status == 0 and out.startswith("ADM-2  (spec/admission.md:7)")
+    assert status == 0 and out.startswith("ADM-2  (spec/admission.md:")
 
 
 def test_the_command_from_another_folder_reads_the_checkout_it_was_imported_from(tmp_path):
