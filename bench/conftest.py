@@ -1,4 +1,4 @@
-"""Benchmarks are not tests: they time, and bench/ratios.py turns the times
+"""Benchmarks are not tests: they time, and mxrec_ref.benchmarks.ratios turns the times
 of one run into the ratios reported in bench/README.md."""
 import sys
 from pathlib import Path

@@ -14,13 +14,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from .backends import open_store
+from .config import TableConfig
+from .optimizers import Adagrad
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
@@ -30,13 +37,35 @@ TREND = BENCH / "trend.png"
 DEFAULT_MARGIN = 0.30   # a ratio may fall 30% below its baseline before --compare fails
 
 
-def _load_ratios_module():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import ratios
-    finally:
-        sys.path.pop(0)
-    return ratios
+def ratios(report: dict) -> list[dict]:
+    """The ratios of one pytest-benchmark JSON run (bench/README.md; bench/ratios.py prints them).
+
+    Every benchmark tagged with ``extra_info["ratio_group"]`` is divided by the ``candidate`` of
+    its group (min time over min time: the minimum is the least disturbed by other load on a
+    shared machine).  A ratio above 1 means the candidate (the fast store) is that many times faster."""
+    groups = defaultdict(dict)
+    better = {}      # a group whose ratio is a cost (e.g. tiers vs HBM) says better="lower"
+    extra = {}
+    for bench in report["benchmarks"]:
+        info = bench.get("extra_info", {})
+        if "ratio_group" in info:
+            groups[info["ratio_group"]][info["role"]] = bench["stats"]["min"]
+            better[info["ratio_group"]] = info.get("better", better.get(info["ratio_group"], "higher"))
+            extra.update({k: v for k, v in info.items() if k not in ("ratio_group", "role", "better")})
+    rows = []
+    for group, members in groups.items():
+        candidate = members.get("candidate")
+        for role, seconds in members.items():
+            if role == "candidate" or candidate is None:
+                continue
+            rows.append({"group": group, "versus": role, "ratio": seconds / candidate,
+                         "candidate_ms": candidate * 1e3, "other_ms": seconds * 1e3, "better": better[group]})
+    if "bytes_per_key" in extra:
+        floor = 8 + 4 * 16
+        rows.append({"group": "memory: bytes per key / (8 + 4*dim)", "versus": "8 + 4*dim",
+                     "ratio": extra["bytes_per_key"] / floor, "candidate_ms": None, "other_ms": None,
+                     "better": "lower"})
+    return rows
 
 
 def add_history_arguments(bench: argparse.ArgumentParser) -> None:
@@ -74,7 +103,7 @@ def run_suites(full: bool) -> dict:
                    "--benchmark-columns=min,median,rounds", f"--benchmark-json={raw}"]
         subprocess.run(command, env=env, check=True, cwd=REPO)
         report = json.loads(raw.read_text())
-    rows = _load_ratios_module().ratios(report)
+    rows = ratios(report)
     cpu = report.get("machine_info", {}).get("cpu", {})
     return {
         "profile": "full" if full else "quick",
@@ -128,8 +157,6 @@ def compare(result: dict, baseline: dict, margin: float) -> list[str]:
 def print_result(result: dict, width: int | None = None) -> None:
     """The ratio table, as wide as the terminal: when a measure's name does not fit beside
     its numbers, the name takes a line of its own and the numbers go on the next."""
-    import shutil
-
     width = width or shutil.get_terminal_size().columns
     spread = any(len(entry.get("runs", ())) > 1 for entry in result["ratios"].values())
     rows = []
@@ -209,9 +236,7 @@ def run_label(entry: dict) -> str:
 
 def plot_trend(history: list[dict], baseline: dict | None, output: Path) -> Path:
     """One panel per ratio: its value at each recorded run, the baseline as a dashed line."""
-    import textwrap
-
-    import matplotlib
+    import matplotlib      # the 'plot' extra: imported only when a plot is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -254,10 +279,7 @@ def plot_trend(history: list[dict], baseline: dict | None, output: Path) -> Path
 
 def scaling(sizes: list[int], output_prefix: Path, backend: str = "fast") -> list[dict]:
     """Lookup and training-step cost per key as the table grows."""
-    from .config import TableConfig
-    from .optimizers import Adagrad
-    from .store import open_store
-
+    # the benchmark suites' key workloads (bench/workloads.py): like every benchmark, from a source checkout
     sys.path.insert(0, str(BENCH))
     try:
         from workloads import DIM, all_keys, scramble, zipf_ranks

@@ -185,7 +185,7 @@ def read_table(directory, config: TableConfig, optimizer: SparseOptimizer, *, so
         deltas.append((state, removed))
         root = root / meta["previous"]
     for delta, removed in reversed(deltas):
-        state = apply_delta(state, delta, removed)
+        state = state.with_delta(delta, removed)
     return state
 
 
@@ -445,30 +445,6 @@ def delta_between(previous: TableState, current: TableState) -> tuple[TableState
         pending_counts=current.pending_counts[pending], pending_last_seen=current.pending_last_seen[pending],
         clock=current.clock, clock_source=current.clock_source)
     return delta, removed
-
-
-def apply_delta(base: TableState, delta: TableState, removed: np.ndarray) -> TableState:
-    """Base + delta: delta keys replace whatever the base had for them (admitted
-    or pending), removed keys disappear."""
-    gone = np.union1d(np.union1d(removed, delta.keys), delta.pending_keys)
-    keep = ~np.isin(base.keys, gone)
-    keep_pending = ~np.isin(base.pending_keys, gone)
-
-    def merged(old, new, mask, order):
-        return np.concatenate([old[mask], new])[order]
-
-    order = np.argsort(np.concatenate([base.keys[keep], delta.keys]), kind="stable")
-    pending_order = np.argsort(np.concatenate([base.pending_keys[keep_pending], delta.pending_keys]), kind="stable")
-    return TableState(
-        keys=merged(base.keys, delta.keys, keep, order),
-        values=merged(base.values, delta.values, keep, order),
-        slots={s: merged(base.slots[s], delta.slots[s], keep, order) for s in base.slots},
-        counts=merged(base.counts, delta.counts, keep, order),
-        last_seen=merged(base.last_seen, delta.last_seen, keep, order),
-        pending_keys=merged(base.pending_keys, delta.pending_keys, keep_pending, pending_order),
-        pending_counts=merged(base.pending_counts, delta.pending_counts, keep_pending, pending_order),
-        pending_last_seen=merged(base.pending_last_seen, delta.pending_last_seen, keep_pending, pending_order),
-        clock=delta.clock, clock_source=delta.clock_source)
 
 
 def list_tables(directory) -> list[str]:

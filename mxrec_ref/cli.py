@@ -5,11 +5,17 @@ import argparse
 import logging
 import os
 import re
+import runpy
 import sys
+import tempfile
 import traceback
 
-from . import __version__
+from . import __version__, benchmarks, rule_index
+from . import demo as demo_module
 from . import errors as _errors
+from . import train as train_module
+from .backends import available_backends, unknown_backend_reason
+from .compat import alias
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help line ends with its default, except on-off flags (off unless given)
@@ -43,8 +49,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--rows", type=_positive_int, default=200_000, help="rows of the synthetic click log")
     demo.add_argument("--epochs", type=_positive_int, default=3, help="passes over the training rows")
     demo.add_argument("--batch", type=_positive_int, default=2048, help="examples per step")
-    from . import train as train_module
-
     train_module.build_parser(command("train", "train a Wide&Deep model through the TF layer (the main job; see "
                                                "`make demo`)"))
     bench = command("bench", "run the benchmarks (from a source checkout) and report ratios measured in one run")
@@ -57,9 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--scaling", action="store_true", help="lookup and training cost vs table size (CSV + PNG)")
     bench.add_argument("--max-size", type=_positive_int, default=10**6, help="largest table for --scaling (10**7 "
                                                                             "opt-in)")
-    from .benchmarks import add_history_arguments
-
-    add_history_arguments(bench)
+    benchmarks.add_history_arguments(bench)
     conformance = command("conformance", "run the spec's rules against a store implementation")
     conformance.add_argument("--backend", default="ref,fast",
                              help="ref, fast or module:factory (a callable (config, optimizer) -> Store); "
@@ -69,13 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run", "run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
     run.add_argument("script", help="the Python script")
     run.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    rule_index.add_arguments(command("rules", "a spec rule's text, the tests that name it and the code that cites "
+                                              "it (from a source checkout); without a rule, every rule id"))
     return parser
 
 
-def _positive_int(text: str) -> int:
-    from .train import positive_int
-
-    return positive_int(text)
+_positive_int = train_module.positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,22 +110,18 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args) -> int:
     if args.command == "run":
         return run_script(args.script, args.script_args)
+    if args.command == "rules":
+        return rule_index.main(args, sys.stdout, sys.stderr)
     if args.command == "conformance":
+        # late: the conformance suite needs pytest and hypothesis, which only the 'test' extra installs
         from .conformance import run
 
         return run.main(args)
     if args.command == "bench":
-        from . import benchmarks
-
         return benchmarks.main(args)
     if args.command == "train":
-        from . import train as train_module
-
         train_module.run(train_module.config_from_args(args))
     elif args.command == "demo":
-        from . import demo as demo_module
-        from .backends import available_backends, unknown_backend_reason
-
         if args.backend not in available_backends():
             raise _errors.UsageError(f"demo: backend: {unknown_backend_reason(args.backend)}")
         demo_module.run(args.backend, rows=args.rows, epochs=args.epochs, batch=args.batch)
@@ -184,8 +181,6 @@ def import_tensorflow_quietly(verbose: bool = False) -> None:
     TF_CPP_MIN_LOG_LEVEL=2 unless the user set it.  ``verbose``: leave everything as it is."""
     if verbose or "tensorflow" in sys.modules:
         return
-    import tempfile
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("tensorflow").setLevel(logging.ERROR)   # deprecation notices of the TF1 API
     sys.stderr.flush()
@@ -220,10 +215,6 @@ def _log_to_stderr(verbose: bool) -> logging.Handler:
 def run_script(script: str, script_args: list[str]) -> int:
     """Like ``python SCRIPT ARGS``: as ``__main__``, the script's folder first on
     sys.path, with the ``mx_rec`` alias enabled for this process only."""
-    import runpy
-
-    from .compat import alias
-
     path = os.path.abspath(script)
     if not os.path.isfile(path):
         print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
@@ -240,7 +231,7 @@ def run_script(script: str, script_args: list[str]) -> int:
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except Exception as error:  # noqa: BLE001 - the script's error, and a prompt exit whatever threads still run
-        from .tf import fatal
+        from .tf import fatal   # late: mxrec_ref.tf loads TensorFlow, which only the script's own imports may start
 
         if user_error_line(error) is None and fatal.store_error_of(error) is None:
             return fatal.report(error)          # a bug in the script: its traceback, status 1

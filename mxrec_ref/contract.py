@@ -40,6 +40,20 @@ PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, chec
 logger = logging.getLogger("mxrec_ref.store")
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class WarmStartPlan:
+    """A warm start of one store, read and checked, not applied yet (``Store.plan_warm_start``,
+    WS-7): the checkpoint's state, the warm-start time, and for a table that cannot grow the
+    keys it will hold once this plan and the ones before it are applied."""
+
+    store_id: int
+    table: str
+    directory: str                  # the checkpoint folder, absolute
+    loaded: TableState
+    now: int | None
+    keys_after: np.ndarray | None   # None: the table grows, any checkpoint fits
+
+
 class Store(ABC):
     """One table's sparse state.  Public methods validate, take the store's
     lock, and call the backend hook; see spec/contract.md for the rules."""
@@ -195,7 +209,7 @@ class Store(ABC):
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
-            self._check_fits(state)
+            self._check_fits(len(state.keys))
             self._import_state(state)
             self._last_checkpoint = (directory, state)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
@@ -204,16 +218,52 @@ class Store(ABC):
         """Merge a checkpoint's rows into this store (spec/warmstart.md): the
         checkpoint's keys take its rows and slots and count as admitted, with
         last-seen ``now``; every other key stays as it is.  Validated in full
-        before anything changes.  Returns the number of keys loaded."""
+        before anything changes.  Returns the number of keys loaded.
+        ``plan_warm_start`` then ``apply_warm_start``, in one call."""
+        return self.apply_warm_start(self.plan_warm_start(directory, source_table=source_table, now=now))
+
+    def plan_warm_start(self, directory, *, source_table: str | None = None, now: int | None = None,
+                        after: "WarmStartPlan | None" = None) -> "WarmStartPlan":
+        """Read and check a warm start from ``directory`` without changing anything (WS-7): the
+        checkpoint (read once, in full), ``now``, and that the merged table fits (CKPT-6).
+        ``after``: a plan of this store that will be applied before this one (a later path of the
+        same warm start, WS-5), so the capacity check counts the keys both bring.  Several tables
+        and paths are planned first and applied only when every plan succeeded."""
         now = self._check_time("now", now, required=False)
+        if after is not None:
+            self._check_plan(after)
+        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         loaded = checkpoint.read_table(directory, self.config, self.optimizer, source_table=source_table,
                                        slots_required=False)
+        keys_after = None
+        if self._key_limit() is not None:        # only a table that cannot grow needs the keys it will hold
+            with self._lock:
+                before = after.keys_after if after is not None else self._export().keys
+            keys_after = np.union1d(before, loaded.keys)
+            self._check_fits(len(keys_after))
+        return WarmStartPlan(store_id=id(self), table=self.name, directory=directory, loaded=loaded, now=now,
+                             keys_after=keys_after)
+
+    def apply_warm_start(self, plan: "WarmStartPlan") -> int:
+        """Merge a planned warm start into this store (WS-3); its input was checked by
+        ``plan_warm_start``, so this fails only if the plan belongs to another store, or the store
+        gained keys since it was planned and a table that cannot grow no longer holds them (nothing
+        changes then either).  Returns the number of keys loaded."""
+        self._check_plan(plan)
         with self._lock:
-            merged = merge_warm_start(self._export(), loaded, self.config.admit_threshold, now)
-            self._check_fits(merged)
+            merged = merge_warm_start(self._export(), plan.loaded, self.config.admit_threshold, plan.now)
+            self._check_fits(len(merged.keys))
             self._import_state(merged)
-        logger.info("table %r: warm start merged %d keys from %s", self.name, len(loaded.keys), directory)
-        return len(loaded.keys)
+        logger.info("table %r: warm start merged %d keys from %s", self.name, len(plan.loaded.keys), plan.directory)
+        return len(plan.loaded.keys)
+
+    def table_clock(self) -> tuple[int | None, str | None]:
+        """(the table's clock, its source): the largest step or timestamp a training lookup has
+        given it, and which of the two it is (CON-5); (None, None) before the first.  After a
+        ``load`` it is the checkpoint's (the TF layer continues its step count from it, TF-5)."""
+        with self._lock:
+            state = self._export()
+        return state.clock, state.clock_source
 
     def row_handles(self, keys) -> np.ndarray:
         """Row index of each key, -1 where it holds none (for tests and the TF
@@ -252,12 +302,22 @@ class Store(ABC):
     def _row_handles(self, keys: np.ndarray) -> np.ndarray: ...
 
     # ------------------------------------------------- shared validation
-    def _check_fits(self, state: TableState) -> None:
-        if not self.config.dynamic_expansion and len(state.keys) > self.config.table_capacity:
+    def _key_limit(self) -> int | None:
+        """The most keys a loaded or warm-started table may hold (CKPT-6); None for one that grows."""
+        return None if self.config.dynamic_expansion else self.config.table_capacity
+
+    def _check_fits(self, n_keys: int) -> None:
+        limit = self._key_limit()
+        if limit is not None and n_keys > limit:
             parameter = self.config.capacity_parameter
             raise CapacityError(
-                f"table {self.name!r}: {parameter}: the checkpoint holds {len(state.keys)} keys "
-                f"but the table has {self.config.table_capacity} rows; raise {parameter}")
+                f"table {self.name!r}: {parameter}: the checkpoint holds {n_keys} keys "
+                f"but the table has {limit} rows; raise {parameter}")
+
+    def _check_plan(self, plan) -> None:
+        if not isinstance(plan, WarmStartPlan) or plan.store_id != id(self):
+            raise UsageError(f"table {self.name!r}: plan: not a warm-start plan of this store; pass what this "
+                             f"store's plan_warm_start returned")
 
     def _count_positions(self, train: bool, positions: int, padding: int, with_row: int) -> None:
         """STAT-3 for one lookup: ``positions`` looked up, ``padding`` of them -1,
@@ -411,11 +471,16 @@ class TierMoves(ABC):
     """What a store offers so that the storage tiers (``mxrec_ref.tiers.TieredStore``) can sit in
     front of it: a DDR or SSD table is the backend's in-memory store behind them (CON-10).
 
-    The tier wrapper calls the ``Store`` hooks (``_lookup``, ``_apply``, ``_evict``, ``_size``,
-    ``_stats``, ``_export``, ``_import_state``, ``_row_handles``, ``set_threshold``) and these.
-    None of them moves a statistic: the wrapper counts what crosses a tier (TIER-10).
+    The tier wrapper uses the store through the members declared here and its public ``Store``
+    API (``size``, ``stats``, ``export``, ``row_handles``, ``set_threshold``), nothing else; the
+    four ``Store`` hooks it drives are listed in ``STORE_HOOKS``.
+    None of the moves changes a statistic: the wrapper counts what crosses a tier (TIER-10).
     ``open_store`` refuses to tier a store that is not a ``TierMoves``."""
 
+    # The Store hooks the wrapper calls with arguments it has validated, once the rows the call needs
+    # are back in memory (Store declares them abstract; named here, not redeclared, so a mixin order
+    # cannot shadow a base class's implementation).
+    STORE_HOOKS = ("_lookup", "_apply", "_evict", "_import_state")
     device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
     clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
@@ -470,6 +535,10 @@ class InMemoryStore(Store):
 
     def _capacity(self) -> int:
         return self._capacity_rows
+
+    def table_clock(self) -> tuple[int | None, str | None]:
+        with self._lock:                       # the clock as kept, without exporting the table
+            return self.clock, self.clock_source
 
     def _training_clock(self, step: int, timestamp: int | None) -> tuple[int, str]:
         """(the clock after this training lookup, its source); checks the source (CON-5) and

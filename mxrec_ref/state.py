@@ -96,12 +96,27 @@ class TableState:
                   last_seen: np.ndarray) -> "TableState":
         """This state with more admitted keys (none of them in it) and what they carry, merged
         into key order: how the tiers export the rows kept on disk next to the in-memory ones."""
-        order = np.argsort(np.concatenate([self.keys, keys]), kind="stable")
-        merged = lambda mine, theirs: np.concatenate([mine, theirs])[order]  # noqa: E731
+        merged_keys, pick = _merge_in_key_order(self.keys, np.ones(len(self.keys), dtype=bool), keys)
         return dataclasses.replace(
-            self, keys=merged(self.keys, keys), values=merged(self.values, values),
-            slots={name: merged(self.slots[name], slots[name]) for name in self.slots},
-            counts=merged(self.counts, counts), last_seen=merged(self.last_seen, last_seen))
+            self, keys=merged_keys, values=pick(self.values, values),
+            slots={name: pick(self.slots[name], slots[name]) for name in self.slots},
+            counts=pick(self.counts, counts), last_seen=pick(self.last_seen, last_seen))
+
+    def with_delta(self, delta: "TableState", removed: np.ndarray) -> "TableState":
+        """This state (a checkpoint's base) with an incremental checkpoint applied (CKPT-9): the
+        delta's keys replace whatever the base had for them (admitted or pending), ``removed``
+        keys disappear, and the clock is the delta's."""
+        gone = np.union1d(np.union1d(removed, delta.keys), delta.pending_keys)
+        keys, pick = _merge_in_key_order(self.keys, ~np.isin(self.keys, gone), delta.keys)
+        pending_keys, pick_pending = _merge_in_key_order(self.pending_keys, ~np.isin(self.pending_keys, gone),
+                                                         delta.pending_keys)
+        return TableState(
+            keys=keys, values=pick(self.values, delta.values),
+            slots={name: pick(self.slots[name], delta.slots[name]) for name in self.slots},
+            counts=pick(self.counts, delta.counts), last_seen=pick(self.last_seen, delta.last_seen),
+            pending_keys=pending_keys, pending_counts=pick_pending(self.pending_counts, delta.pending_counts),
+            pending_last_seen=pick_pending(self.pending_last_seen, delta.pending_last_seen),
+            clock=delta.clock, clock_source=delta.clock_source)
 
     def equals(self, other: "TableState") -> bool:
         """Bit-for-bit equality of every field (float compared by bit pattern)."""
@@ -133,10 +148,7 @@ def merge_warm_start(current: TableState, loaded: TableState, admit_threshold: i
     keys keep everything."""
     if now is None:
         now = current.clock if current.clock is not None else (loaded.clock or 0)
-    keep = ~np.isin(current.keys, loaded.keys)
-    keys = np.concatenate([current.keys[keep], loaded.keys])
-    order = np.argsort(keys, kind="stable")
-    pick = lambda old, new: np.concatenate([old[keep], new])[order]  # noqa: E731
+    keys, pick = _merge_in_key_order(current.keys, ~np.isin(current.keys, loaded.keys), loaded.keys)
     old_counts = dict(zip(np.concatenate([current.keys, current.pending_keys]).tolist(),
                           np.concatenate([current.counts, current.pending_counts]).tolist()))
     counts = np.array([max(old_counts.get(k, 0), int(c), admit_threshold)
@@ -148,7 +160,7 @@ def merge_warm_start(current: TableState, loaded: TableState, admit_threshold: i
     if clock is not None:
         clock = max(clock, now)
     return TableState(
-        keys=keys[order],
+        keys=keys,
         values=pick(current.values, loaded.values),
         slots={name: pick(current.slots[name], loaded.slots[name]) for name in current.slots},
         counts=pick(current.counts, counts),
@@ -159,3 +171,15 @@ def merge_warm_start(current: TableState, loaded: TableState, admit_threshold: i
         clock=clock,
         clock_source=source,
     )
+
+
+def _merge_in_key_order(old_keys: np.ndarray, keep: np.ndarray, new_keys: np.ndarray):
+    """The one key-order merge every state merge uses: the kept ``old_keys`` (ascending) and
+    ``new_keys`` (ascending, none of them kept) as one ascending array, and ``pick(old, new)``,
+    which merges a column of each the same way (a stable sort: ties cannot occur)."""
+    order = np.argsort(np.concatenate([old_keys[keep], new_keys]), kind="stable")
+
+    def pick(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+        return np.concatenate([old[keep], new])[order]
+
+    return pick(old_keys, new_keys), pick

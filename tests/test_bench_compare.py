@@ -199,3 +199,31 @@ def test_compare_against_the_committed_baseline_checks_every_ratio(capsys, tmp_p
     assert cli.main(["bench", "--from-json", str(run), "--compare"]) == 0
     out = capsys.readouterr().out
     assert "20 of 20 ratios within 30% of the baseline; 0 problems" in out
+
+
+def test_ratio_reduction_lives_in_the_package_and_bench_ratios_prints_it(capsys, tmp_path):
+    """mxrec_ref.benchmarks reduces a pytest-benchmark run to ratios (it imported bench/ratios.py
+    through sys.path); bench/ratios.py, which `make bench` runs, imports that function."""
+    import importlib.util
+    from pathlib import Path
+
+    report = {"machine_info": {"cpu": {"brand_raw": "cpu"}}, "datetime": "2026-12-04", "benchmarks": [
+        {"stats": {"min": 0.002}, "extra_info": {"ratio_group": "lookup", "role": "candidate"}},
+        {"stats": {"min": 0.010}, "extra_info": {"ratio_group": "lookup", "role": "ref"}},
+        {"stats": {"min": 0.004}, "extra_info": {"ratio_group": "ddr", "role": "candidate", "better": "lower"}},
+        {"stats": {"min": 0.002}, "extra_info": {"ratio_group": "ddr", "role": "hbm", "bytes_per_key": 144}},
+        {"stats": {"min": 1.0}, "extra_info": {}}]}
+    rows = {(row["group"], row["versus"]): row for row in benchmarks.ratios(report)}
+    assert rows[("lookup", "ref")]["ratio"] == 5.0 and rows[("lookup", "ref")]["better"] == "higher"
+    assert rows[("ddr", "hbm")]["ratio"] == 0.5 and rows[("ddr", "hbm")]["better"] == "lower"
+    assert rows[("memory: bytes per key / (8 + 4*dim)", "8 + 4*dim")]["ratio"] == 144 / 72
+    assert len(rows) == 3
+    script = Path(benchmarks.REPO) / "bench" / "ratios.py"
+    spec = importlib.util.spec_from_file_location("bench_ratios_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.ratios is benchmarks.ratios
+    path = tmp_path / "latest.json"
+    path.write_text(json.dumps(report))
+    assert module.main([str(path)]) == 0
+    assert "| lookup | ref | 5.00 | 2.00 | 10.00 |" in capsys.readouterr().out

@@ -128,12 +128,6 @@ def test_nothing_below_the_registry_imports_it(low):
     assert not reachable & {"mxrec_ref.backends", "mxrec_ref.store", PACKAGE}, sorted(reachable)
 
 
-# Function-local imports of the project's own modules whose reason is not written yet, in files
-# another change owns (the CLI loads commands lazily; the benchmark helpers); each should gain a
-# comment or move to the top of its module.
-UNEXPLAINED_LOCAL_IMPORTS = {"mxrec_ref.cli", "mxrec_ref.benchmarks"}
-
-
 def local_imports_without_reason(module: str, path: Path, known: set[str]) -> list[int]:
     """Lines of function-level imports of project modules with no comment on the line or above it."""
     lines = path.read_text().splitlines()
@@ -161,7 +155,7 @@ def test_function_local_imports_of_the_project_say_why():
     known = modules()
     found = {}
     for name, path in known.items():
-        if name.startswith(EXCLUDED) or name in UNEXPLAINED_LOCAL_IMPORTS:
+        if name.startswith(EXCLUDED):
             continue
         lines = local_imports_without_reason(name, path, set(known))
         if lines:

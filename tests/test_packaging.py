@@ -110,6 +110,16 @@ def test_the_installed_command_reports_its_version_and_bench_outside_a_checkout_
         f"mxrec-ref bench: no bench/ folder at {built['venv']}/lib/python{sys.version_info.major}."
         f"{sys.version_info.minor}/site-packages/bench: the benchmarks run from a source checkout "
         f"(--verbose shows the cause)"]
+    # the spec, the tests and cext/ are not in the wheel: the rule index says so, or reads a checkout it is given
+    rules = subprocess.run([str(command), "rules", "ADM-2"], cwd=tmp_path, env=_clean_env(), capture_output=True,
+                           text=True, timeout=120)
+    assert rules.returncode == 2 and rules.stdout == ""
+    assert [line for line in rules.stderr.splitlines() if line] == [
+        f"mxrec-ref rules: spec not found: no folder {built['venv']}/lib/python{sys.version_info.major}."
+        f"{sys.version_info.minor}/site-packages/spec or {tmp_path}/spec; the rule index reads a source checkout "
+        f"of mxrec-ref (an installed package has no spec/): run it there or pass --root"]
+    rules = _run([str(command), "rules", "ADM-2", "--root", str(REPO)], cwd=tmp_path, env=_clean_env())
+    assert rules.stdout.startswith("ADM-2  (spec/admission.md:") and "test_adm_2_" in rules.stdout
 
 
 def test_the_version_is_written_once():

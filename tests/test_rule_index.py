@@ -12,13 +12,11 @@ Successor of tests/test_spec_coverage.py.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from mxrec_ref import rule_index    # the one reader of the spec and its citations (also `mxrec-ref rules`)
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFINITION = re.compile(r"\*\*([A-Z]+-\d+)\*\*")
-CITATION = re.compile(r"\b([A-Z]+)-(\d+)\b")
-TEST_NAME = re.compile(r"def test_([a-z]+)_(\d+)_")
 
 # Spec families whose tests still live under an older file name (issue 15, item 7 renames them;
 # the TF layer's files are being rebuilt by item 5).  An entry must go once test_<stem>.py exists.
@@ -39,35 +37,28 @@ SHARED_SITES = ("mxrec_ref/contract.py", "mxrec_ref/state.py", "mxrec_ref/hot.py
 
 
 def spec_files() -> list[Path]:
-    return sorted((ROOT / "spec").glob("*.md"))
+    return rule_index.spec_files(ROOT)
 
 
 def defined_rules() -> list[str]:
-    return [rule for path in spec_files() for rule in DEFINITION.findall(path.read_text())]
+    return rule_index.defined_rules(ROOT)
 
 
 def prefixes() -> set[str]:
-    return {rule.split("-")[0] for rule in defined_rules()}
+    return rule_index.prefixes(ROOT)
 
 
 def files(*patterns: str) -> list[Path]:
-    return sorted({path for pattern in patterns for path in ROOT.glob(pattern)})
+    return rule_index.files(ROOT, *patterns)
 
 
 def rule_test_files() -> list[Path]:
-    return files("tests/test_*.py", "mxrec_ref/conformance/test_*.py")
+    return files(*rule_index.TEST_FILES)
 
 
 def cited(paths, known_prefixes) -> dict[str, set[str]]:
     """Rule id -> the files citing it, by id or (in tests) by test name."""
-    sites: dict[str, set[str]] = {}
-    for path in paths:
-        text = path.read_text()
-        ids = {f"{p}-{n}" for p, n in CITATION.findall(text) if p in known_prefixes}
-        ids |= {f"{p.upper()}-{n}" for p, n in TEST_NAME.findall(text) if p.upper() in known_prefixes}
-        for rule in ids:
-            sites.setdefault(rule, set()).add(str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path))
-    return sites
+    return rule_index.cited(paths, known_prefixes, ROOT)
 
 
 def test_rules_are_unique_and_numbered():
@@ -119,6 +110,4 @@ def test_the_checks_can_fail(tmp_path):
     assert sorted(found) == ["ADM-2", "EVI-1"]
 
 
-def _rule_order(rule: str):
-    prefix, number = rule.split("-")
-    return prefix, int(number)
+_rule_order = rule_index.rule_order

@@ -81,3 +81,50 @@ def test_con_10_each_builtin_backend_brings_its_own_placement(backend):
     tiered.lookup(np.array([1, 2]), step=0)
     tiered.lookup(np.array([3, 4]), step=1)
     assert tiered.stats()["device_rows"] == 2 and tiered.stats()["host_rows"] == 2
+
+
+class _Recording:
+    """Forwards every attribute to the store behind the tiers and records which were used."""
+
+    def __init__(self, inner):
+        object.__setattr__(self, "target", inner)
+        object.__setattr__(self, "used", set())
+
+    def __getattr__(self, name):
+        self.used.add(name)
+        return getattr(self.target, name)
+
+
+def _declared() -> set[str]:
+    """What CON-10 lets the tiers use: the TierMoves members and the public Store API."""
+    tier_moves = set(TierMoves.__abstractmethods__) | set(TierMoves.__annotations__) | set(TierMoves.STORE_HOOKS)
+    public = {name for name in dir(Store) if not name.startswith("_")}
+    return tier_moves | public
+
+
+def test_con_10_the_tiers_use_only_what_tier_moves_declares(backend, tmp_path):
+    """Every call of a DDR/SSD table reaches its in-memory store through TierMoves and the public
+    Store API; the wrapper reached for _size, _stats, _export and _row_handles besides."""
+    config = TableConfig("t", dim=2, device_vocabulary_size=4, host_vocabulary_size=2, ssd_vocabulary_size=50,
+                         ssd_data_path=[str(tmp_path / "ssd")], access_threshold=2, eviction_threshold=5)
+    tiered = open_store(config, Adagrad(0.1), backend=backend)
+    recording = _Recording(tiered._inner)
+    tiered._inner = recording
+    for step in range(6):
+        keys = np.array([step, step + 1, step + 2, 7])
+        result = tiered.lookup(keys, step=step, pad_to=8)
+        tiered.apply_gradients(result, np.ones((8, 2), np.float32), step=step)
+        tiered.lookup(keys, train=False)
+    tiered.apply_gradients(np.array([1, 2, 7]), np.ones((3, 2), np.float32), step=6)
+    tiered.set_threshold(1)
+    assert tiered.stats()["disk_rows"] > 0
+    tiered.tier_of(np.arange(9))
+    tiered.row_handles(np.arange(9))
+    tiered.size(), tiered.capacity(), tiered.table_clock()
+    tiered.save(tmp_path / "ckpt")
+    tiered.evict()
+    tiered.load(tmp_path / "ckpt")
+    tiered.warm_start(tmp_path / "ckpt", now=9)
+    tiered.export()
+    assert {"_distinct", "_rows_of", "_drop_rows", "_admitted_entries", "_lookup", "_apply"} <= recording.used
+    assert recording.used - _declared() == set()

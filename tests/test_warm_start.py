@@ -241,3 +241,111 @@ def test_ws_8_scaffold_init_fn(backend, three_checkpoints):
             pass
     assert tables["table_b"].store.export().keys.tolist() == e1["table_b"].keys.tolist()
     assert tables["table_a"].size() == 0
+
+
+# ------------------------------------------------------------ WS-7: plan every table, then apply (one read each)
+def _count_reads(monkeypatch) -> list:
+    """Every version of a checkpoint table read from disk, as (folder, table name)."""
+    from mxrec_ref import checkpoint
+
+    reads, read_version = [], checkpoint._read_version
+
+    def counting(root, saved_name, *args, **kwargs):
+        reads.append((str(root), saved_name))
+        return read_version(root, saved_name, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "_read_version", counting)
+    return reads
+
+
+def test_ws_7_each_checkpoint_table_is_read_once(backend, three_checkpoints, monkeypatch):
+    """The TF warm start checked every table by reading it, then read it again to merge it."""
+    (p1, e1, _), (p2, e2, _), _ = three_checkpoints
+    graph, tables, *_ = _model(backend, seed=9)
+    reads = _count_reads(monkeypatch)
+    with graph.as_default():
+        mx.warm_start(mx.WarmStartSettings([p1, p2], vars_to_warm_start=[".*", ["table_a"]]))
+    assert sorted(reads) == sorted([(f"{Path(p1).parent}/sparse-{Path(p1).name}", n) for n in TABLES]
+                                   + [(f"{Path(p2).parent}/sparse-{Path(p2).name}", "table_a")])
+    expected = {**dict(zip(e1["table_a"].keys.tolist(), e1["table_a"].values.tolist())),
+                **dict(zip(e2["table_a"].keys.tolist(), e2["table_a"].values.tolist()))}
+    state = tables["table_a"].store.export()
+    assert dict(zip(state.keys.tolist(), state.values.tolist())) == expected
+
+
+def test_ws_7_a_table_that_cannot_hold_its_paths_together_changes_nothing(backend, three_checkpoints, tmp_path):
+    """Each path fits the fixed-size table alone, both together do not: the old code merged the
+    first path, then failed on the second."""
+    from mxrec_ref import CapacityError, TableConfig, open_store
+
+    (p1, e1, _), (p2, e2, _), _ = three_checkpoints
+    union = np.union1d(e1["table_a"].keys, e2["table_a"].keys)
+    rows = max(len(e1["table_a"].keys), len(e2["table_a"].keys))
+    assert len(union) > rows
+    store = open_store(TableConfig("table_a", dim=2, device_vocabulary_size=rows), adagrad_store_optimizer(),
+                       backend=backend)
+    folders = [Path(p).parent / f"sparse-{Path(p).name}" for p in (p1, p2)]
+    first = store.plan_warm_start(folders[0], now=7)
+    with pytest.raises(CapacityError, match="device_vocabulary_size"):
+        store.plan_warm_start(folders[1], after=first)
+    assert store.size() == 0                                  # planning changes nothing
+    assert store.apply_warm_start(first) == len(e1["table_a"].keys)
+    assert store.export().last_seen.tolist() == [7] * len(e1["table_a"].keys)
+    with pytest.raises(mx_usage_error(), match="plan"):
+        open_store(TableConfig("table_a", dim=2, device_vocabulary_size=rows), backend=backend).apply_warm_start(first)
+
+    graph, tables, *_ = _model(backend, seed=9)
+    with graph.as_default():
+        small = mx.create_table(tf.int64, 2, "small", tf.compat.v1.zeros_initializer(), device_vocabulary_size=rows)
+        before = {n: t.store.export() for n, t in {**tables, "small": small}.items()}
+        with pytest.raises(CapacityError, match="small"):
+            mx.warm_start(mx.WarmStartSettings([p1, p2], vars_to_warm_start=[["table_b", "small"]] * 2,
+                                               var_name_to_prev_var_name={"small": "table_a"}))
+    for name, table in {**tables, "small": small}.items():
+        assert table.store.export().differences(before[name]) == [], name
+
+
+def mx_usage_error():
+    from mxrec_ref import UsageError
+
+    return UsageError
+
+
+def test_ws_7_plan_and_apply_on_a_tiered_table(backend, three_checkpoints, tmp_path):
+    """DDR/SSD tables plan and apply like any store; planning moves no row and reads no disk record."""
+    from mxrec_ref import TableConfig, open_store
+
+    (p1, e1, _), _, _ = three_checkpoints
+    tiered = open_store(TableConfig("table_a", dim=2, device_vocabulary_size=2, host_vocabulary_size=2,
+                                    ssd_vocabulary_size=64, ssd_data_path=[str(tmp_path)]),
+                        adagrad_store_optimizer(), backend=backend)
+    for step in range(3):
+        tiered.lookup(np.arange(100 + 2 * step, 102 + 2 * step), step=step)
+    assert tiered.stats()["disk_rows"] > 0
+    before = tiered.export()
+    stats = tiered.stats()
+    plan = tiered.plan_warm_start(Path(p1).parent / f"sparse-{Path(p1).name}")
+    assert tiered.stats() == stats
+    assert tiered.export().differences(before) == []
+    tiered.apply_warm_start(plan)
+    assert np.array_equal(tiered.export().keys, np.union1d(before.keys, e1["table_a"].keys))
+
+
+def test_tf_5_table_clock_is_public(backend, tmp_path):
+    """SparseTable.continue_clock reads the store's clock through Store.table_clock (it read a private
+    field); ref, fast, tiered and a store that only implements the contract agree."""
+    from mxrec_ref import TableConfig, open_store
+    from mxrec_ref.contract import Store
+
+    config = TableConfig("t", dim=2, device_vocabulary_size=8, host_vocabulary_size=8)
+    for store in (open_store(TableConfig("t", dim=2, device_vocabulary_size=8), backend=backend),
+                  open_store(config, backend=backend)):
+        assert store.table_clock() == (None, None)
+        store.lookup(np.array([1, 2]), step=4)
+        store.lookup(np.array([1]), step=2)
+        assert store.table_clock() == (4, "step")
+        store.save(tmp_path / store.backend_name)
+        other = open_store(store.config, backend=backend)
+        other.load(tmp_path / store.backend_name)
+        assert other.table_clock() == (4, "step")
+        assert Store.table_clock(other) == (4, "step")            # the contract's default, from export()

@@ -84,10 +84,11 @@ def test_con_4_failed_calls_change_nothing(backend):
 
 def test_con_5_clock_is_max_step_or_timestamp(backend):
     store = make_store(backend, device_vocabulary_size=8)
+    assert store.table_clock() == (None, None)
     store.lookup(keys(1), step=5)
     store.lookup(keys(2), step=3)       # a late batch does not move the clock back
     state = store.export()
-    assert (state.clock, state.clock_source) == (5, "step")
+    assert (state.clock, state.clock_source) == (5, "step") == store.table_clock()
     assert state.last_seen.tolist() == [5, 5]
     store.lookup(keys(3), train=False, step=100)
     assert store.export().clock == 5
@@ -96,6 +97,7 @@ def test_con_5_clock_is_max_step_or_timestamp(backend):
     with pytest.raises(UsageError, match="clock is the timestamp"):
         stamped.lookup(keys(1), step=1)
     assert stamped.export().clock_source == "timestamp"
+    assert stamped.table_clock() == (1_700_000_000, "timestamp")
 
 
 def test_con_6_export_is_sorted_and_complete(backend):

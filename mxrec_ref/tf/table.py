@@ -136,11 +136,10 @@ class SparseTable:
         step clock continue where ``train`` left off: from the count of training
         lookups saved with the table, or (a checkpoint without it) its step clock."""
         if lookups_run is None:
-            loaded = self.store._last_checkpoint       # (folder, TableState) of the load just done
-            state = loaded[1] if loaded else None
-            if state is None or state.clock_source != "step" or state.clock is None:
+            clock, source = self.store.table_clock()   # the checkpoint's: the load was just done
+            if source != "step" or clock is None:
                 return
-            lookups_run = state.clock + 1
+            lookups_run = clock + 1
         self.train_lookups_run = int(lookups_run)
         self.last_train_step = max(int(lookups_run) - 1, 0)
 

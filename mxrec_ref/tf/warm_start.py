@@ -4,9 +4,10 @@ from several checkpoints, in order; a later path overrides an earlier one.
 ``WarmStartSettings`` has TF's fields; each is one value (used for every
 path) or a list with one entry per path.  Dense variables go through
 ``tf.compat.v1.train.warm_start`` (graph mode: it replaces their
-initializers) or are assigned directly (eager); tables through
-``Store.warm_start``.  Everything is resolved and validated before anything
-changes.
+initializers) or are assigned directly (eager); tables through the store's
+``plan_warm_start`` (each checkpoint table read once) and, when every table of
+every path is planned, ``apply_warm_start``.  Everything is resolved and
+validated before anything changes (WS-7).
 """
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from ..checkpoint import read_table
 from .config_initializer import ConfigInitializer
 from .saver import sparse_dir
 
@@ -68,19 +68,32 @@ def warm_start(settings: WarmStartSettings, now: int | None = None) -> dict:
     plans = [_plan(path, selection, prev, vocab) for path, selection, prev, vocab in zip(
         settings.ckpt_to_initialize_from, settings.vars_to_warm_start, settings.var_name_to_prev_var_name,
         settings.var_name_to_vocab_info)]
-    tables = ConfigInitializer.get_instance().tables
-    for plan in plans:                                    # validate every table of every path first
-        for name, source in plan.tables.items():
-            table = tables[name]
-            read_table(sparse_dir(plan.checkpoint), table.config, table.store.optimizer, source_table=source,
-                       slots_required=False)
+    table_plans = _plan_tables(plans, now)               # WS-7: every table of every path read and checked first
     report = {}
-    for plan in plans:                                    # in order: later paths override earlier ones
-        for name, source in plan.tables.items():
-            tables[name].store.warm_start(sparse_dir(plan.checkpoint), source_table=source, now=now)
+    for plan, planned in zip(plans, table_plans):        # in order: later paths override earlier ones (WS-5)
+        for store, store_plan in planned:
+            store.apply_warm_start(store_plan)
         _warm_start_dense(plan)
         report[plan.checkpoint] = {"tables": dict(plan.tables), "dense": [_name(v) for v, _ in plan.dense]}
     return report
+
+
+def _plan_tables(plans: list, now: int | None) -> list:
+    """Per path, [(store, its warm-start plan)]: each checkpoint table is read once, here, and
+    checked against its table (a path that follows another into the same table is planned after
+    it, so a table that cannot grow is checked for the keys of both); nothing changes."""
+    tables = ConfigInitializer.get_instance().tables
+    latest = {}
+    per_path = []
+    for plan in plans:
+        planned = []
+        for name, source in plan.tables.items():
+            store = tables[name].store
+            latest[name] = store.plan_warm_start(sparse_dir(plan.checkpoint), source_table=source, now=now,
+                                                 after=latest.get(name))
+            planned.append((store, latest[name]))
+        per_path.append(planned)
+    return per_path
 
 
 def _resolve_checkpoint(path: str) -> str:
@@ -189,10 +202,9 @@ def scaffold_init_fn(settings: WarmStartSettings, now: int | None = None):
     already be planned in graph construction, so call ``warm_start`` there and use
     this only for the sparse tables (it reloads them after variable init)."""
     def init_fn(scaffold, session):
-        tables = ConfigInitializer.get_instance().tables
-        for path, selection, prev in zip(settings.ckpt_to_initialize_from, settings.vars_to_warm_start,
-                                         settings.var_name_to_prev_var_name):
-            plan = _plan(path, selection, prev, None)
-            for name, source in plan.tables.items():
-                tables[name].store.warm_start(sparse_dir(plan.checkpoint), source_table=source, now=now)
+        plans = [_plan(path, selection, prev, None) for path, selection, prev in zip(
+            settings.ckpt_to_initialize_from, settings.vars_to_warm_start, settings.var_name_to_prev_var_name)]
+        for planned in _plan_tables(plans, now):
+            for store, store_plan in planned:
+                store.apply_warm_start(store_plan)
     return init_fn

@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 class TieredStore(Store):
     """A DDR table (``host_vocabulary_size > 0``) or an SSD table
     (``ssd_vocabulary_size > 0`` too) over the in-memory store ``inner_factory``
-    makes, a ``TierMoves`` (CON-10) that brings its own device placement."""
+    makes, a ``TierMoves`` (CON-10) that brings its own device placement.  The
+    wrapper drives that store through what TierMoves declares and the public
+    ``Store`` API only (tests/test_tier_moves.py checks it)."""
 
     tiered = True
 
@@ -85,7 +87,7 @@ class TieredStore(Store):
         self._make_room_on_host()
         self._bring_back(distinct[distinct != PADDING_KEY])
         # Evaluation reads rows where they are and takes no device rows (TIER-4).
-        in_memory_before = self._inner._row_handles(distinct) >= 0 if train else None
+        in_memory_before = self._inner.row_handles(distinct) >= 0 if train else None
         result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
         if train:
             self._put_on_device(result, in_memory_before)
@@ -155,7 +157,7 @@ class TieredStore(Store):
         that got here has already changed the table."""
         if self._disk is None:
             return None
-        excess = self._inner._size() - len(self._device) - self.config.host_vocabulary_size
+        excess = self._inner.size() - len(self._device) - self.config.host_vocabulary_size
         if excess <= 0:
             return None
         keys, counts, last_seen = self._host_keys()
@@ -179,20 +181,20 @@ class TieredStore(Store):
 
     # ------------------------------------------------------------- queries
     def _size(self) -> int:
-        return self._inner._size() + (len(self._disk) if self._disk is not None else 0)
+        return self._inner.size() + (len(self._disk) if self._disk is not None else 0)
 
     def _capacity(self) -> int:
         return max(self.config.table_capacity, self._size())
 
     def _stats(self):
-        stats = self._inner._stats()
+        stats = self._inner.stats()
         disk_rows = len(self._disk) if self._disk is not None else 0
         stats["size"] = self._size()
         stats["capacity"] = self._capacity()
         stats["evicted"] += self._disk_evicted
         stats.update(self._tier_counters)
         stats["device_rows"] = len(self._device)
-        stats["host_rows"] = self._inner._size() - len(self._device)
+        stats["host_rows"] = self._inner.size() - len(self._device)
         stats["disk_rows"] = disk_rows
         stats["host_device_bytes"] = self._row_bytes * (self._tier_counters["host_to_device_rows"]
                                                         + self._tier_counters["device_to_host_rows"])
@@ -207,21 +209,21 @@ class TieredStore(Store):
     def _row_handles(self, keys):
         """The host-memory row of each key; -1 for keys without a row and for
         rows on disk (they have no row in memory)."""
-        return self._inner._row_handles(keys)
+        return self._inner.row_handles(keys)
 
     def tier_of(self, keys) -> np.ndarray:
         """Per key: "device", "host", "disk" or "" (no row) -- for tests and reports."""
         flat, shape = self._check_keys(keys)
         with self._lock:
             tiers = np.full(len(flat), "", dtype=object)
-            tiers[self._inner._row_handles(flat) >= 0] = "host"
+            tiers[self._inner.row_handles(flat) >= 0] = "host"
             tiers[self._device.contains(flat)] = "device"
             if self._disk is not None:
                 tiers[self._disk.contains(flat)] = "disk"
             return tiers.reshape(shape)
 
     def _export(self) -> TableState:
-        state = self._inner._export()
+        state = self._inner.export()
         if self._disk is None or len(self._disk) == 0:
             return state
         keys = self._disk.keys()
@@ -237,8 +239,13 @@ class TieredStore(Store):
         self._inner._import_state(state)
         self._spill_to_disk()
 
-    def _check_fits(self, state: TableState) -> None:
+    def _key_limit(self) -> None:
         """Host memory and disk grow: any checkpoint fits (TIER-2)."""
+        return None
+
+    def table_clock(self):
+        with self._lock:
+            return self._inner.clock, self._inner.clock_source
 
 
 def in_memory_config(config: TableConfig) -> TableConfig:
