@@ -1,0 +1,77 @@
+"""``export_saved_model(model, path)``: a SavedModel of a Keras model whose
+``Embedding`` tables are static TF lookups (SERVE-1..SERVE-3).
+
+Each layer is switched to serving mode while the serving function is traced:
+its lookup becomes ``tf.gather(rows, table.lookup(keys))`` with the table and
+rows of ``tf.export.serving_table`` (admitted keys -> rows; any other key ->
+the table's ``serving_default_value``, zeros when unset), assembled by the same
+ops as training and evaluation, so the export answers what ``model.predict``
+answers.  The signature ``serving_default`` takes the model's inputs by name.
+"""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from ..errors import UsageError
+from ..tf.export import check_no_pyfunc, serving_table
+from .layer import Embedding
+
+
+def embedding_layers(model) -> list[Embedding]:
+    """The model's Embedding layers, each once, in model order."""
+    found, seen = [], set()
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, Embedding) and id(layer) not in seen:
+            seen.add(id(layer))
+            found.append(layer)
+    return found
+
+
+def _input_specs(model) -> list[tf.TensorSpec]:
+    inputs = getattr(model, "inputs", None)
+    if not inputs:
+        raise UsageError("export_saved_model: model: the model has no symbolic inputs; build it with "
+                         "keras.Input (functional or Sequential with an Input)")
+    specs = []
+    for tensor in inputs:
+        if getattr(tensor, "sparse", False) or getattr(tensor, "ragged", False):
+            raise UsageError(f"export_saved_model: input {tensor.name!r}: sparse and ragged inputs are not "
+                             f"exported yet; export a model with dense inputs")
+        specs.append(tf.TensorSpec(tensor.shape, tensor.dtype, name=tensor.name))
+    return specs
+
+
+def export_saved_model(model, path) -> str:
+    """Write ``model`` as a SavedModel at ``path`` that serves without mxrec-ref."""
+    layers = embedding_layers(model)
+    module = tf.Module()
+    module.tables, module.rows = [], []
+    for layer in layers:
+        table, rows = serving_table(layer.table_name, layer.store.export(), layer.config.default_row())
+        module.tables.append(table)
+        module.rows.append(rows)
+    module.dense_variables = [getattr(v, "value", v) for v in model.variables]
+    specs = _input_specs(model)
+
+    @tf.function(input_signature=specs)
+    def serve(*inputs):
+        outputs = model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+        if isinstance(outputs, dict):
+            return outputs
+        outputs = tf.nest.flatten(outputs)
+        return {f"output_{i}": output for i, output in enumerate(outputs)}
+
+    for layer, table, rows in zip(layers, module.tables, module.rows):
+        layer.serving = (table, rows)
+    try:
+        concrete = serve.get_concrete_function()
+    finally:
+        for layer in layers:
+            layer.serving = None
+    check_no_pyfunc(concrete.graph.as_graph_def(), "export_saved_model")
+    module.serve = concrete
+    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete})
+    return str(path)
+
+
+__all__ = ["export_saved_model", "embedding_layers"]
