@@ -13,7 +13,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..errors import UsageError
-from ..tf.export import check_no_pyfunc, serving_table
+from ..tf.export import SAVE_OPTIONS, check_no_pyfunc, serving_table
 from .layer import Embedding
 
 
@@ -70,7 +70,7 @@ def export_saved_model(model, path) -> str:
             layer.serving = None
     check_no_pyfunc(concrete.graph.as_graph_def(), "export_saved_model")
     module.serve = concrete
-    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete})
+    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete}, options=SAVE_OPTIONS)
     return str(path)
 
 
