@@ -1,5 +1,5 @@
 """``export_saved_model(model, path)``: a SavedModel of a Keras model whose
-``Embedding`` tables are static TF lookups (SERVE-1..SERVE-3).
+``Embedding`` tables are static TF lookups (KERAS-9).
 
 Each layer is switched to serving mode while the serving function is traced:
 its lookup becomes ``tf.gather(rows, table.lookup(keys))`` with the table and

@@ -1,4 +1,4 @@
-"""What an ``Embedding`` accepts as ids, and how embeddings are combined (KERAS-5, KERAS-6).
+"""What an ``Embedding`` accepts as ids, and how embeddings are combined (KERAS-4, KERAS-5).
 
 Every form of ids becomes one flat int64 key vector (one store call per batch)
 plus a ``Layout`` that turns the looked-up rows back into the output:
@@ -9,7 +9,7 @@ plus a ``Layout`` that turns the looked-up rows back into the output:
   ``[batch, (k), dim]``; a combiner gives ``[batch, dim]``;
 - a ``tf.SparseTensor`` ``[batch, k]``: needs a combiner; ``[batch, dim]``.
 
-Combiners follow ``tf.nn.embedding_lookup_sparse`` without weights: the same
+Combiners (KERAS-4) follow ``tf.nn.embedding_lookup_sparse`` without weights: the same
 ``sparse_segment_{sum,mean,sqrt_n}`` ops on the unique rows and the inverse
 index, so a row with no ids is zeros and results match TF's bit for bit.
 
@@ -31,7 +31,7 @@ STRING_KEY_BUCKETS = 2**63 - 1
 
 
 def string_keys(ids):
-    """The int64 keys of string ids (KERAS-6): Fingerprint64(utf-8 bytes) mod (2**63 - 1)."""
+    """The int64 keys of string ids (KERAS-5): Fingerprint64(utf-8 bytes) mod (2**63 - 1)."""
     return tf.strings.to_hash_bucket_fast(ids, STRING_KEY_BUCKETS)
 
 

@@ -78,7 +78,7 @@ class Embedding(keras.layers.Layer):
         self.train_lookups_run = 0          # the step of a training lookup when the tape gives none (KERAS-3)
         self._step_lock = threading.Lock()
         self.supports_jit = False           # a numpy_function cannot be XLA-compiled
-        self.serving = None                 # (StaticHashTable, rows variable) while exporting (SERVE-1)
+        self.serving = None                 # (StaticHashTable, rows variable) while exporting (KERAS-9)
         self.table_checkpoint = TableCheckpoint(self)   # tf.train.Checkpoint's view of the table (KERAS-7)
 
     @property
@@ -127,7 +127,7 @@ class Embedding(keras.layers.Layer):
                 f"a plain tf.GradientTape). Build the model with mxrec_ref.keras.Model / Sequential (or mix "
                 f"mxrec_ref.keras.TableTraining into your model class), or record a custom step under "
                 f"mxrec_ref.keras.TableGradientTape and call its gradient_and_apply")
-        count_lookup(self, self.table_name, training, "Embedding")    # per graph / trace (TF-17)
+        count_lookup(self, self.table_name, training, "Embedding")    # per graph / trace (KERAS-6, TF-17)
         step = tape.step_tensor() if training else tf.constant(-1, tf.int64)
         unique_keys, rows, inverse, step_used = tf.numpy_function(
             self._lookup_batch if training else self._eval_batch, [keys, step],

@@ -1,4 +1,4 @@
-"""Serving export (spec/keras.md, SERVE-1..SERVE-3): a SavedModel in which every
+"""Serving export (spec/keras.md, KERAS-9): a SavedModel in which every
 table is a ``tf.lookup.StaticHashTable`` of its admitted keys -> row index and a
 ``tf.Variable`` of those rows plus one default row, so the model serves with
 TensorFlow alone -- no mxrec-ref import and no ``PyFunc`` op.
@@ -24,7 +24,7 @@ PYFUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
 
 def serving_arrays(state: TableState, default_row) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keys, row index of each key, rows): the admitted keys in key order, their
-    rows, and last the default row that every other key gets (SERVE-1)."""
+    rows, and last the default row that every other key gets (KERAS-9)."""
     keys = np.asarray(state.keys, dtype=np.int64)
     rows = np.concatenate([np.asarray(state.values, dtype=np.float32),
                            np.asarray(default_row, dtype=np.float32).reshape(1, -1)], axis=0)
@@ -42,7 +42,7 @@ def serving_table(name: str, state: TableState, default_row):
 
 
 def check_no_pyfunc(graph_def, where: str) -> None:
-    """Raise if a PyFunc op is left in ``graph_def`` or its functions (SERVE-2)."""
+    """Raise if a PyFunc op is left in ``graph_def`` or its functions (KERAS-9)."""
     nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
     left = sorted({n.name for n in nodes if n.op in PYFUNC_OPS})
     if left:
@@ -51,7 +51,7 @@ def check_no_pyfunc(graph_def, where: str) -> None:
 
 
 def export_saved_model(session, inputs: dict, outputs: dict, path) -> str:
-    """Write the TF1 graph of ``session`` as a SavedModel at ``path`` (SERVE-4):
+    """Write the TF1 graph of ``session`` as a SavedModel at ``path`` (KERAS-10):
     signature ``serving_default`` feeds ``inputs`` ({name: tensor}) and returns
     ``outputs`` ({name: tensor}).  Dense variables are frozen to constants with
     their values in ``session``; every ``sparse_lookup`` store call the outputs

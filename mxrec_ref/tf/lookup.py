@@ -271,7 +271,7 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
     cache[cache_key] = _StepOp(unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
                                    positions, step, stamp, has_timestamp, pad_to)
-    cache[cache_key].table = table      # for the serving export (tf/export.py, SERVE-4)
+    cache[cache_key].table = table      # for the serving export (tf/export.py, KERAS-10)
     return cache[cache_key]
 
 
