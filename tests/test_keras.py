@@ -1,0 +1,375 @@
+"""Keras 3 and TF2 (spec/keras.md, KERAS-1..KERAS-11; TF-17): the layer, fit that cannot skip a table,
+checkpoints, the serving export and the callbacks.  One small trained model is shared (module fixture);
+two subprocesses in all (the export loaded without mxrec_ref, and the example)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mxrec_ref
+import mxrec_ref.tf as mx
+from mxrec_ref import ConfigError, Initializer, UsageError
+from mxrec_ref.demo import synthetic_click_log
+from mxrec_ref.keras import (Embedding, EvictCallback, Model, StatsLogger, TableGradientTape, export_saved_model,
+                             string_keys)
+from mxrec_ref.metrics import auc
+from mxrec_ref.tf.optimizers import adagrad
+
+REPO = Path(__file__).resolve().parent.parent
+UNIFORM = Initializer(kind="uniform", minval=-0.5, maxval=0.5, seed=7)
+
+
+def click_model(name="features", backend=None, model_class=Model, **fields):
+    """ids [batch, 12] -> Embedding(8) -> Dense(1, sigmoid)."""
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((12,), dtype="int64", name="ids")
+    table = Embedding(8, name=name, optimizer=mxrec_ref.Adagrad(0.3), backend=backend, initializer=UNIFORM, **fields)
+    out = keras.layers.Dense(1, activation="sigmoid", name="head")(keras.layers.Flatten()(table(ids)))
+    model = model_class(ids, out)
+    model.compile(keras.optimizers.Adam(0.01), "binary_crossentropy")
+    return model, table
+
+
+@pytest.fixture(scope="module")
+def trained():
+    log = synthetic_click_log(24_000, seed=0)
+    model, table = click_model()
+    x_test, y_test = log.keys[20_000:], log.labels[20_000:]
+    untrained_auc = auc(y_test, model.predict(x_test, batch_size=2048, verbose=0).ravel())
+    history = model.fit(log.keys[:20_000], log.labels[:20_000], batch_size=256, epochs=2, verbose=0)
+    return dict(model=model, table=table, x=x_test, y=y_test, untrained_auc=untrained_auc, history=history,
+                auc=auc(y_test, model.predict(x_test, batch_size=2048, verbose=0).ravel()))
+
+
+def train_once(layer, ids, step=None):
+    with TableGradientTape(step=step) as tape:
+        loss = tf.reduce_sum(layer(ids, training=True))
+    return int(tape.gradient_and_apply(loss, [])[1])
+
+
+# ---------------------------------------------------------------- KERAS-1
+def test_keras_1_eager_function_and_evaluation_lookups_match_the_store(backend):
+    layer = Embedding(4, name="k1", backend=backend, initializer=UNIFORM, optimizer=mxrec_ref.SGD(0.5))
+    ids = tf.constant([[1, 2, 2], [3, 1, 9]], tf.int64)
+    assert np.all(layer(ids).numpy() == 0)                 # nothing admitted yet: the default row
+    assert layer.store.size() == 0                          # an evaluation lookup changes nothing (LKP-2)
+    assert train_once(layer, ids) == 4                      # eagerly: 4 unique keys updated
+    expected = layer.store.lookup(ids.numpy(), train=False).embeddings()
+    before = layer.store.export()
+    assert np.array_equal(layer(ids).numpy(), expected)
+    assert np.array_equal(tf.function(lambda x: layer(x))(ids).numpy(), expected)
+    assert layer.store.export().equals(before)
+    # inside tf.function: one training step, gradient 1 per position summed per key, SGD(0.5)
+    step = tf.function(lambda x: _train_step(layer, x))
+    assert int(step(ids)) == 4
+    after = layer.store.lookup(np.array([1, 3]), train=False).rows
+    assert np.array_equal(after, expected[[0, 1], [0, 0]] - np.float32(0.5) * np.array([[2], [1]], np.float32))
+    frozen = Embedding(4, name="k1_frozen", backend=backend, trainable=False)
+    with TableGradientTape():
+        frozen(ids, training=True)                          # a frozen layer looks up for evaluation
+    assert frozen.store.size() == 0 and frozen.store.stats()["train_lookups"] == 0
+
+
+def _train_step(layer, ids):
+    with TableGradientTape() as tape:
+        loss = tf.reduce_sum(layer(ids, training=True))
+    return tape.gradient_and_apply(loss, [])[1]
+
+
+@pytest.mark.parametrize("kwargs,parameter", [
+    (dict(dim=0), "dim"), (dict(dim=4, access_threshold="x"), "access_threshold"),
+    (dict(dim=4, optimizer=keras.optimizers.Adam()), "optimizer"), (dict(dim=4, colour=1), "colour"),
+    (dict(dim=4, serving_default_value=[1.0, 2.0]), "serving_default_value")])
+def test_keras_1_bad_arguments_name_the_table_and_parameter(kwargs, parameter):
+    with pytest.raises(ConfigError, match=rf"table 'bad': {parameter}"):
+        Embedding(name="bad", **kwargs)
+
+
+# ---------------------------------------------------------------- KERAS-2
+def test_keras_2_a_model_that_would_not_train_its_table_refuses_to_run():
+    log = synthetic_click_log(512, seed=1)
+    model, table = click_model("plain", model_class=keras.Model)
+    with pytest.raises(UsageError, match=r"table 'plain': training: .*outside a TableGradientTape"):
+        model.fit(log.keys, log.labels, batch_size=128, epochs=1, verbose=0)
+    assert table.store.size() == 0 and table.store.stats()["train_lookups"] == 0   # nothing ran
+    with pytest.raises(UsageError, match="table 'plain'"):
+        with tf.GradientTape():
+            model(log.keys[:4], training=True)
+    assert model.predict(log.keys[:4], verbose=0).shape == (4, 1)     # evaluation and prediction are fine
+
+
+def test_keras_2_fit_trains_the_tables(trained):
+    stats = trained["table"].store.stats()
+    batches = 2 * (20_000 // 256 + 1)
+    assert stats["grad_applies"] == batches and stats["grad_rows_applied"] > 0
+    assert trained["untrained_auc"] == 0.5                 # every key unknown before training: one prediction
+    assert trained["auc"] > trained["untrained_auc"] + 0.12
+    assert trained["history"].history["loss"][1] < trained["history"].history["loss"][0]
+    assert trained["model"].evaluate(trained["x"], trained["y"], batch_size=2048, verbose=0) < 0.69
+
+
+# ---------------------------------------------------------------- KERAS-3
+def test_keras_3_the_step_is_the_optimizer_step_or_the_tables_lookup_count(trained, backend):
+    iterations = int(trained["model"].optimizer.iterations.numpy())
+    assert trained["table"].store.export().clock == iterations - 1
+    layer = Embedding(2, name="k3", backend=backend, access_threshold=1, eviction_threshold=1)
+    for _ in range(3):
+        train_once(layer, tf.constant([5, 6], tf.int64))
+    assert layer.train_lookups_run == 3 and layer.store.export().clock == 2
+    train_once(layer, tf.constant([5], tf.int64), step=10)
+    assert layer.store.export().clock == 10
+
+
+# ---------------------------------------------------------------- KERAS-4
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_keras_4_sparse_and_ragged_ids_combine_as_embedding_lookup_sparse(backend, combiner):
+    layer = Embedding(3, name="k4", backend=backend, combiner=combiner, initializer=UNIFORM)
+    ragged = tf.ragged.constant([[1, 2, 2], [], [7], [3, 1]], dtype=tf.int64)
+    sparse = ragged.to_sparse()
+    train_once(layer, sparse)
+    params = layer.store.lookup(np.arange(8), train=False).embeddings()
+    expected = tf.nn.embedding_lookup_sparse(tf.constant(params), sparse, None, combiner=combiner).numpy()
+    assert np.array_equal(layer(sparse).numpy(), expected)
+    assert np.array_equal(layer(ragged).numpy(), expected)
+    assert np.all(expected[1] == 0)                          # a row without ids is zeros
+    dense = tf.constant([[1, 2], [7, 3]], tf.int64)
+    assert np.array_equal(layer(dense).numpy(),
+                          tf.nn.embedding_lookup_sparse(params, tf.sparse.from_dense(dense), None,
+                                                        combiner=combiner).numpy())
+
+
+def test_keras_4_ragged_without_combiner_and_bad_ids(backend):
+    layer = Embedding(3, name="k4b", backend=backend, initializer=UNIFORM)
+    ragged = tf.ragged.constant([[1, 2], [], [7]], dtype=tf.int64)
+    assert train_once(layer, ragged) == 3
+    out = layer(ragged)
+    assert isinstance(out, tf.RaggedTensor) and out.shape.as_list() == [3, None, 3]
+    assert np.array_equal(out.flat_values.numpy(), layer.store.lookup(np.array([1, 2, 7]), train=False).embeddings())
+    with pytest.raises(UsageError, match="table 'k4b': combiner"):
+        layer(ragged.to_sparse())
+    with pytest.raises(UsageError, match="table 'k4b': ids"):
+        layer(tf.constant([1.5]))
+    with pytest.raises(UsageError, match="table 'k4b': combiner"):
+        Embedding(3, name="k4b", combiner="max")
+
+
+# ---------------------------------------------------------------- KERAS-5
+def test_keras_5_string_ids_hash_to_stable_keys_on_both_backends(backend):
+    words = tf.constant([["apple", "pear"], ["pear", ""]])
+    keys = string_keys(words).numpy()
+    # FarmHash Fingerprint64 mod 2**63 - 1: pinned, so a change of hash cannot pass unnoticed
+    assert keys.tolist() == [[PINNED["apple"], PINNED["pear"]], [PINNED["pear"], PINNED[""]]]
+    fingerprints = tf.fingerprint(tf.constant(["apple", "pear", ""]), method="farmhash64").numpy()
+    assert [int.from_bytes(bytes(f), "little") % (2**63 - 1) for f in fingerprints] == list(PINNED.values())
+    layer = Embedding(4, name="k5", backend=backend, initializer=UNIFORM)
+    reference = Embedding(4, name="k5", backend="ref", initializer=UNIFORM)
+    for table in (layer, reference):
+        train_once(table, words)
+        train_once(table, tf.ragged.constant([["apple"], ["kiwi", "pear"]]))
+    assert layer.store.export().equals(reference.store.export())
+    assert sorted(layer.store.export().keys.tolist()) == sorted({*keys.ravel().tolist(),
+                                                                 int(string_keys("kiwi").numpy())})
+    assert np.array_equal(layer(words).numpy(), layer.store.lookup(keys, train=False).embeddings())
+    with pytest.raises(UsageError, match="table 'k5i': ids: string ids"):
+        Embedding(4, name="k5i", key_dtype="int32")(words)
+
+
+PINNED = {"apple": 6447335267136888601, "pear": 5663425431403431111, "": 1936946117179621456}
+
+
+# ---------------------------------------------------------- KERAS-6, TF-17
+def test_keras_6_lookups_are_counted_per_trace_not_per_process():
+    layer = Embedding(2, name="k6")
+    ids = tf.constant([1, 2], tf.int64)
+    for _ in range(200):                                    # 200 traces, one lookup each
+        tf.function(lambda x: layer(x)).get_concrete_function(ids)
+    for _ in range(200):
+        layer(ids)                                          # eager calls are not counted
+    assert tf.function(lambda x: layer(x))(ids).shape == (2, 2)
+
+    @tf.function
+    def too_many(x):
+        return tf.add_n([layer(x) for _ in range(129)])
+
+    with pytest.raises(ValueError, match=r"table 'k6': Embedding: more than 128 lookups"):
+        too_many(ids)
+
+
+def test_tf_17_sparse_lookup_counts_per_graph():
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
+    graph = tf.Graph()
+    try:
+        with graph.as_default():
+            mx.init(backend="ref")
+            table = mx.create_table(tf.int64, 2, "t17", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+            ids = tf.constant([3, 4], tf.int64)
+            for _ in range(130):                            # each trace is its own graph: no accumulation
+                tf.function(lambda x: mx.sparse_lookup(table, x, modify_graph=True)).get_concrete_function(ids)
+            assert table.multi_lookup_times == {True: 0, False: 0}
+            for _ in range(128):
+                mx.sparse_lookup(table, ids, modify_graph=True, is_train=False)
+            assert table.multi_lookup_times == {True: 0, False: 128}
+            with pytest.raises(ValueError, match=r"table 't17': sparse_lookup: more than 128 lookups"):
+                mx.sparse_lookup(table, ids, modify_graph=True, is_train=False)
+    finally:
+        mx.terminate_config_initializer()
+
+
+# ---------------------------------------------------------------- KERAS-7
+def test_keras_7_tf_checkpoint_round_trips_tables_bit_identically(backend, tmp_path):
+    log = synthetic_click_log(1024, seed=2)
+    fields = dict(backend=backend, access_threshold=2, eviction_threshold=50)
+    model, table = click_model("k7", **fields)
+    model.fit(log.keys[:512], log.labels[:512], batch_size=128, epochs=1, verbose=0)
+    checkpoint = tf.train.Checkpoint(model=model)
+    path = checkpoint.save(str(tmp_path / "ckpt"))
+    saved, lookups = table.store.export(), table.train_lookups_run
+    assert len(saved.pending_keys) and len(saved.slots["accumulator"])      # admission state and slots to keep
+    files = dict(tf.train.list_variables(path))
+    assert any(name.endswith("table_checkpoint/.ATTRIBUTES/table_files") for name in files)
+    model.fit(log.keys[512:], log.labels[512:], batch_size=128, epochs=1, verbose=0)
+    assert table.store.export().differences(saved)
+    checkpoint.restore(path)
+    assert table.store.export().differences(saved) == [] and table.train_lookups_run == lookups
+    fresh, fresh_table = click_model("k7", **fields)                     # a new process's model
+    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+    assert fresh_table.store.export().differences(saved) == []
+    assert np.array_equal(fresh.predict(log.keys[:64], verbose=0), model.predict(log.keys[:64], verbose=0))
+
+
+# ---------------------------------------------------------------- KERAS-8
+def test_keras_8_keras_files_round_trip_config_and_tables(trained, tmp_path):
+    model, table = trained["model"], trained["table"]
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert type(loaded) is Model
+    loaded_table = loaded.get_layer("features")
+    assert loaded_table.get_config() == table.get_config()
+    assert loaded_table.store.export().differences(table.store.export()) == []
+    assert np.array_equal(loaded.predict(trained["x"][:256], verbose=0), model.predict(trained["x"][:256], verbose=0))
+
+    log = synthetic_click_log(512, seed=3)
+    small, small_table = click_model("k8", access_threshold=2)
+    small.fit(log.keys, log.labels, batch_size=128, epochs=1, verbose=0,
+              callbacks=[keras.callbacks.ModelCheckpoint(tmp_path / "w.weights.h5", save_weights_only=True)])
+    other, other_table = click_model("k8", access_threshold=2)
+    other.load_weights(tmp_path / "w.weights.h5")
+    assert other_table.store.export().differences(small_table.store.export()) == []
+    assert other_table.train_lookups_run == small_table.train_lookups_run
+
+
+# ----------------------------------------------------------- KERAS-9, KERAS-10
+def tf1_model(tmp_path):
+    """A TF1 graph with one table (train lookup + evaluation lookup with serving_default_value), trained 3 steps."""
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="fast")
+        table = mx.create_table(tf.int64, 4, "user", tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1),
+                                device_vocabulary_size=500)
+        optimizer = adagrad.create_hash_optimizer(learning_rate=0.2)
+        ids = tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids")
+        head = tf.keras.layers.Dense(1)
+        logits = tf.reduce_sum(head(tf.reshape(mx.sparse_lookup(table, ids, modify_graph=True), [-1, 8])), axis=1)
+        evaluation = mx.sparse_lookup(table, ids, modify_graph=True, is_train=False, serving_default_value=0.25)
+        eval_logits = tf.reduce_sum(head(tf.reshape(evaluation, [-1, 8])), axis=1)
+        loss = tf.reduce_mean(tf.square(logits - 1.0))
+        _, sparse = mx.get_dense_and_sparse_variable()
+        dense = tf.compat.v1.trainable_variables()
+        train = [optimizer.apply_gradients(zip(tf.gradients(loss, sparse), sparse)),
+                 tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=dense)]
+        session = tf.compat.v1.Session()
+        session.run(tf.compat.v1.global_variables_initializer())
+    x = np.random.default_rng(0).integers(0, 50, (32, 2))
+    for _ in range(3):
+        session.run(train, {ids: x})
+    query = np.concatenate([x, [[999, 1]]])
+    expected = session.run({"emb": evaluation, "logit": eval_logits}, {ids: query})
+    export_path = mx.export_saved_model(session, {"ids": ids}, {"emb": evaluation, "logit": eval_logits},
+                                        tmp_path / "tf1")
+    session.close()
+    mx.terminate_config_initializer()
+    return query, expected, export_path
+
+
+def test_keras_9_export_serves_without_mxrec_ref_keras_and_tf1(trained, tmp_path):
+    """KERAS-9 (the Keras export) and KERAS-10 (a TF1 graph), loaded in one process that never imports mxrec_ref."""
+    model, table = trained["model"], trained["table"]
+    ids = keras.Input((12,), dtype="int64", name="ids")
+    probe = keras.Model(ids, [model(ids), table(ids)])       # prediction and embeddings, one export
+    export_saved_model(probe, tmp_path / "keras")
+    query = np.concatenate([trained["x"][:200], np.full((1, 12), 10**12)])   # unknown keys: default row
+    np.save(tmp_path / "keras_x.npy", query)
+    np.save(tmp_path / "keras_pred.npy", model.predict(query, verbose=0))
+    np.save(tmp_path / "keras_emb.npy", table.store.lookup(query, train=False).embeddings())
+    tf1_query, tf1_expected, _ = tf1_model(tmp_path)
+    np.save(tmp_path / "tf1_x.npy", tf1_query)
+    for name, value in tf1_expected.items():
+        np.save(tmp_path / f"tf1_{name}.npy", value)
+    script = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        import tensorflow as tf
+        folder = {str(tmp_path)!r}
+        load = lambda name: np.load(f"{{folder}}/{{name}}.npy")
+        keras_serve = tf.saved_model.load(f"{{folder}}/keras").signatures["serving_default"]
+        out = keras_serve(ids=tf.constant(load("keras_x")))
+        assert np.array_equal(out["output_0"].numpy(), load("keras_pred")), "keras prediction"
+        assert np.array_equal(out["output_1"].numpy(), load("keras_emb")), "keras embeddings"
+        tf1_serve = tf.saved_model.load(f"{{folder}}/tf1").signatures["serving_default"]
+        out = tf1_serve(ids=tf.constant(load("tf1_x")))
+        assert np.array_equal(out["emb"].numpy(), load("tf1_emb")), "tf1 embeddings"
+        assert np.array_equal(out["logit"].numpy(), load("tf1_logit")), "tf1 logits"
+        for serve in (keras_serve, tf1_serve):
+            graph = serve.graph.as_graph_def()
+            ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in f.node_def}}
+            assert not ops & {{"PyFunc", "EagerPyFunc", "PyFuncStateless"}}, ops
+            assert "HashTableV2" in ops or "LookupTableFindV2" in ops, ops
+        assert not [m for m in sys.modules if m.startswith("mxrec_ref")], "mxrec_ref was imported"
+        print("SERVED")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0 and "SERVED" in result.stdout, result.stderr[-3000:]
+    assert np.all(tf1_expected["emb"][-1, 0] == np.float32(0.25))   # the unknown key got serving_default_value
+
+
+# --------------------------------------------------------------- KERAS-11
+def test_keras_11_evict_callback_and_stats_logger(tmp_path):
+    log = synthetic_click_log(1024, seed=4)
+    model, table = click_model("k11", access_threshold=1, eviction_threshold=2)
+    evict = EvictCallback(every_n_batches=2)
+    model.fit(log.keys, log.labels, batch_size=128, epochs=1, verbose=0,
+              callbacks=[evict, StatsLogger(tmp_path / "logs", every_n_batches=4)])
+    assert evict.batches == 8 and evict.evicted["k11"] == table.store.stats()["evicted"] > 0
+    now = table.store.export()
+    assert np.all(now.clock - now.last_seen < 2 + 1)        # what was 2 steps old at the last eviction is gone
+    tags = set()
+    for event_file in (tmp_path / "logs").iterdir():
+        for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+            tags |= {value.tag for value in event.summary.value}
+    assert {"mxrec/k11/size", "mxrec/k11/evicted", "mxrec/k11/grad_applies"} <= tags
+    with pytest.raises(ValueError, match="every_n_batches"):
+        EvictCallback(every_n_batches=0)
+
+
+# ------------------------------------------------------------- the example
+def test_keras_9_two_tower_example_trains_checkpoints_and_serves(tmp_path):
+    """examples/keras_two_tower.py: model.fit on the embedded data, checkpoint, export, reload in a subprocess."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run([sys.executable, str(REPO / "examples" / "keras_two_tower.py"), str(tmp_path)],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "served without mxrec_ref: predictions equal" in result.stdout
