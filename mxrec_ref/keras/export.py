@@ -27,18 +27,22 @@ def embedding_layers(model) -> list[Embedding]:
     return found
 
 
-def _input_specs(model) -> list[tf.TensorSpec]:
-    inputs = getattr(model, "inputs", None)
-    if not inputs:
+def _inputs(model):
+    """(the structure of the model's symbolic inputs, one TensorSpec per input, named as the input)."""
+    try:
+        structure = model.input
+    except (AttributeError, ValueError):
+        structure = None
+    if structure is None:
         raise UsageError("export_saved_model: model: the model has no symbolic inputs; build it with "
                          "keras.Input (functional or Sequential with an Input)")
     specs = []
-    for tensor in inputs:
+    for tensor in tf.nest.flatten(structure):
         if getattr(tensor, "sparse", False) or getattr(tensor, "ragged", False):
             raise UsageError(f"export_saved_model: input {tensor.name!r}: sparse and ragged inputs are not "
                              f"exported yet; export a model with dense inputs")
         specs.append(tf.TensorSpec(tensor.shape, tensor.dtype, name=tensor.name))
-    return specs
+    return structure, specs
 
 
 def export_saved_model(model, path) -> str:
@@ -51,11 +55,11 @@ def export_saved_model(model, path) -> str:
         module.tables.append(table)
         module.rows.append(rows)
     module.dense_variables = [getattr(v, "value", v) for v in model.variables]
-    specs = _input_specs(model)
+    structure, specs = _inputs(model)
 
     @tf.function(input_signature=specs)
     def serve(*inputs):
-        outputs = model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+        outputs = model(tf.nest.pack_sequence_as(structure, list(inputs)), training=False)
         if isinstance(outputs, dict):
             return outputs
         outputs = tf.nest.flatten(outputs)
