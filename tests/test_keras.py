@@ -3,6 +3,7 @@ checkpoints, the serving export and the callbacks.  One small trained model is s
 two subprocesses in all (the export loaded without mxrec_ref, and the example)."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from mxrec_ref.demo import synthetic_click_log
 from mxrec_ref.keras import (Embedding, EvictCallback, Model, StatsLogger, TableGradientTape, export_saved_model,
                              string_keys)
 from mxrec_ref.metrics import auc
+from mxrec_ref.tf import lookup_limit
 from mxrec_ref.tf.optimizers import adagrad
 
 REPO = Path(__file__).resolve().parent.parent
@@ -190,7 +192,7 @@ def test_keras_6_lookups_are_counted_per_trace_not_per_process():
     layer = Embedding(2, name="k6")
     ids = tf.constant([1, 2], tf.int64)
     for _ in range(200):                                    # 200 traces, one lookup each
-        tf.function(lambda x: layer(x)).get_concrete_function(ids)
+        tf.function(lambda x: layer(x), autograph=False).get_concrete_function(ids)
     for _ in range(200):
         layer(ids)                                          # eager calls are not counted
     assert tf.function(lambda x: layer(x))(ids).shape == (2, 2)
@@ -203,7 +205,9 @@ def test_keras_6_lookups_are_counted_per_trace_not_per_process():
         too_many(ids)
 
 
-def test_tf_17_sparse_lookup_counts_per_graph():
+def test_tf_17_sparse_lookup_counts_per_graph(monkeypatch):
+    """The count is per graph; the limit lowered to 4 so the test builds 10 traces, not 200."""
+    monkeypatch.setattr(lookup_limit, "MULTI_LOOKUP_TIMES", 4)
     if mx.is_initialized():
         mx.terminate_config_initializer()
     graph = tf.Graph()
@@ -212,13 +216,14 @@ def test_tf_17_sparse_lookup_counts_per_graph():
             mx.init(backend="ref")
             table = mx.create_table(tf.int64, 2, "t17", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
             ids = tf.constant([3, 4], tf.int64)
-            for _ in range(130):                            # each trace is its own graph: no accumulation
-                tf.function(lambda x: mx.sparse_lookup(table, x, modify_graph=True)).get_concrete_function(ids)
+            for _ in range(10):                             # each trace is its own graph: no accumulation
+                trace = tf.function(lambda x: mx.sparse_lookup(table, x, modify_graph=True), autograph=False)
+                trace.get_concrete_function(ids)
             assert table.multi_lookup_times == {True: 0, False: 0}
-            for _ in range(128):
+            for _ in range(4):
                 mx.sparse_lookup(table, ids, modify_graph=True, is_train=False)
-            assert table.multi_lookup_times == {True: 0, False: 128}
-            with pytest.raises(ValueError, match=r"table 't17': sparse_lookup: more than 128 lookups"):
+            assert table.multi_lookup_times == {True: 0, False: 4}
+            with pytest.raises(ValueError, match=r"table 't17': sparse_lookup: more than 4 lookups"):
                 mx.sparse_lookup(table, ids, modify_graph=True, is_train=False)
     finally:
         mx.terminate_config_initializer()
@@ -241,7 +246,7 @@ def test_keras_7_tf_checkpoint_round_trips_tables_bit_identically(backend, tmp_p
     checkpoint.restore(path)
     assert table.store.export().differences(saved) == [] and table.train_lookups_run == lookups
     fresh, fresh_table = click_model("k7", **fields)                     # a new process's model
-    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched().expect_partial()
     assert fresh_table.store.export().differences(saved) == []
     assert np.array_equal(fresh.predict(log.keys[:64], verbose=0), model.predict(log.keys[:64], verbose=0))
 
@@ -365,11 +370,15 @@ def test_keras_11_evict_callback_and_stats_logger(tmp_path):
 
 
 # ------------------------------------------------------------- the example
-def test_keras_9_two_tower_example_trains_checkpoints_and_serves(tmp_path):
-    """examples/keras_two_tower.py: model.fit on the embedded data, checkpoint, export, reload in a subprocess."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, str(REPO / "examples" / "keras_two_tower.py"), str(tmp_path)],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "served without mxrec_ref: predictions equal" in result.stdout
+def test_keras_9_two_tower_example_trains_checkpoints_and_serves(tmp_path, capsys):
+    """examples/keras_two_tower.py: model.fit on the embedded data, checkpoint, export, reload in a subprocess
+    (run in this process, so the only new interpreter is the example's own serving check)."""
+    spec = importlib.util.spec_from_file_location("keras_two_tower", REPO / "examples" / "keras_two_tower.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.main(str(tmp_path))
+    out = capsys.readouterr().out
+    assert "restored model predicts the same: True" in out
+    assert "served without mxrec_ref: predictions equal" in out
+    test_auc = float(out.split("test AUC ")[1].split()[0])
+    assert test_auc > 0.62

@@ -8,5 +8,5 @@ from .ids import string_keys
 from .layer import Embedding
 from .training import Model, Sequential, TableGradientTape, TableTraining
 
-__all__ = ["Embedding", "Model", "Sequential", "TableGradientTape", "TableTraining", "string_keys", "export_saved_model",
-           "EvictCallback", "StatsLogger"]
+__all__ = ["Embedding", "Model", "Sequential", "TableGradientTape", "TableTraining", "string_keys",
+           "export_saved_model", "EvictCallback", "StatsLogger"]
