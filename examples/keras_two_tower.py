@@ -55,7 +55,7 @@ def main(folder: str) -> None:
     predictions = model.predict(inputs(log.keys[test]), batch_size=2048, verbose=0).ravel()
     sizes = [model.get_layer(f"{name}_table").store.size() for name in ("user", "item")]
     print(f"test AUC {auc(log.labels[test], predictions):.3f} (the hidden model's: "
-          f"{auc(log.labels[test], log.probability[test]):.3f}); user table {sizes[0]} keys, item table {sizes[1]} keys")
+          f"{auc(log.labels[test], log.probability[test]):.3f}); tables: user {sizes[0]} keys, item {sizes[1]} keys")
 
     path = tf.train.Checkpoint(model=model).save(os.path.join(folder, "checkpoint", "ckpt"))
     restored = two_tower()

@@ -118,6 +118,21 @@ def test_keras_2_fit_trains_the_tables(trained):
     assert trained["model"].evaluate(trained["x"], trained["y"], batch_size=2048, verbose=0) < 0.69
 
 
+def test_keras_2_a_layer_called_twice_in_a_step_applies_once(backend):
+    """A table shared by two towers: one apply per step, duplicate keys summed (OPT-1), as one merged lookup."""
+    first, second = tf.constant([1, 2, 2], tf.int64), tf.constant([2, 5], tf.int64)
+    shared, merged = (Embedding(2, name="k2s", backend=backend, optimizer=mxrec_ref.Adagrad(0.1), initializer=UNIFORM)
+                      for _ in range(2))
+    with TableGradientTape(step=0) as tape:
+        loss = tf.reduce_sum(shared(first, training=True)) + tf.reduce_sum(shared(second, training=True))
+    assert int(tape.gradient_and_apply(loss, [])[1]) == 3
+    with TableGradientTape(step=0) as tape:
+        loss = tf.reduce_sum(merged(tf.concat([first, second], 0), training=True))
+    tape.gradient_and_apply(loss, [])
+    assert shared.store.stats()["grad_applies"] == 1
+    assert shared.store.export().differences(merged.store.export()) == []
+
+
 # ---------------------------------------------------------------- KERAS-3
 def test_keras_3_the_step_is_the_optimizer_step_or_the_tables_lookup_count(trained, backend):
     iterations = int(trained["model"].optimizer.iterations.numpy())

@@ -46,7 +46,8 @@ class TableGradientTape(tf.GradientTape):
     tensor, e.g. ``optimizer.iterations``); None: each table's own count of
     training lookups (KERAS-3).  After the forward pass,
     ``gradient_and_apply(loss, variables)`` returns the gradients of ``variables``
-    (apply them with a Keras optimizer) and applies the tables' gradients.
+    (apply them with a Keras optimizer) and applies the tables' gradients: one
+    store call per layer, the gradients of all its lookups concatenated.
     """
 
     def __init__(self, step=None, persistent: bool = False):
@@ -80,8 +81,17 @@ class TableGradientTape(tf.GradientTape):
         variables = list(variables)
         grads = self.gradient(loss, variables + [lookup.rows for lookup in self.lookups])
         dense, sparse = grads[:len(variables)], grads[len(variables):]
-        applied = [lookup.layer.apply_gradient_op(lookup.unique_keys, grad, lookup.step)
-                   for lookup, grad in zip(self.lookups, sparse) if grad is not None]
+        by_layer: dict[int, list] = {}       # a layer called twice: one apply, duplicate keys summed (OPT-1)
+        for lookup, grad in zip(self.lookups, sparse):
+            if grad is not None:
+                by_layer.setdefault(id(lookup.layer), []).append((lookup, tf.convert_to_tensor(grad)))
+        applied = []
+        for pairs in by_layer.values():
+            layer = pairs[0][0].layer
+            keys = tf.concat([lookup.unique_keys for lookup, _ in pairs], axis=0)
+            rows = tf.concat([grad for _, grad in pairs], axis=0)
+            step = tf.reduce_max(tf.stack([lookup.step for lookup, _ in pairs]))
+            applied.append(layer.apply_gradient_op(keys, rows, step))
         total = tf.add_n(applied) if applied else tf.constant(0, tf.int64)
         return dense, total
 
