@@ -23,7 +23,7 @@ from mxrec_ref.keras import (Embedding, EvictCallback, Model, StatsLogger, Table
                              string_keys)
 from mxrec_ref.metrics import auc
 from mxrec_ref.tf import lookup_limit
-from mxrec_ref.tf.optimizers import adagrad
+from mxrec_ref.tf.optimizers import adagrad, gradient_descent
 
 REPO = Path(__file__).resolve().parent.parent
 UNIFORM = Initializer(kind="uniform", minval=-0.5, maxval=0.5, seed=7)
@@ -240,6 +240,26 @@ def test_tf_17_sparse_lookup_counts_per_graph(monkeypatch):
             assert table.multi_lookup_times == {True: 0, False: 4}
             with pytest.raises(ValueError, match=r"table 't17': sparse_lookup: more than 4 lookups"):
                 mx.sparse_lookup(table, ids, modify_graph=True, is_train=False)
+    finally:
+        mx.terminate_config_initializer()
+
+
+def test_tf_8_eager_sparse_lookup_and_apply():
+    """TF-8: an eager sparse_lookup runs (it used to fail on Tensor.op) and its gradient applies."""
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
+    mx.init(backend="ref")
+    try:
+        table = mx.create_table(tf.int64, 2, "t8", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+        optimizer = gradient_descent.create_hash_optimizer(learning_rate=0.5)
+        assert mx.sparse_lookup(table, tf.constant([1, 2], tf.int64), modify_graph=True).numpy().tolist() == \
+            [[1.0, 1.0], [1.0, 1.0]]
+        with tf.GradientTape() as tape:
+            tape.watch(table.variable.handle)
+            loss = tf.reduce_sum(mx.sparse_lookup(table, tf.constant([3, 3], tf.int64), modify_graph=True))
+        optimizer.apply_gradients([(tape.gradient(loss, table.variable.handle), table.variable)])
+        state = table.store.export()
+        assert state.keys.tolist() == [1, 2, 3] and state.values.tolist() == [[1, 1], [1, 1], [0, 0]]
     finally:
         mx.terminate_config_initializer()
 
