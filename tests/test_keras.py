@@ -95,6 +95,27 @@ def test_keras_1_bad_arguments_name_the_table_and_parameter(kwargs, parameter):
         Embedding(name="bad", **kwargs)
 
 
+def test_keras_1_a_ddr_table_layer_answers_as_an_hbm_one(backend, tmp_path):
+    """Tiers through the layer (TableConfig fields): a 4-row device budget over a host tier trains like HBM."""
+    ddr = Embedding(2, name="k1d", backend=backend, initializer=UNIFORM, device_vocabulary_size=4,
+                    host_vocabulary_size=64, access_threshold=1, eviction_threshold=3)
+    hbm = Embedding(2, name="k1d", backend=backend, initializer=UNIFORM, access_threshold=1, eviction_threshold=3)
+    batches = [tf.constant(b, tf.int64) for b in ([1, 2, 3], [3, 4, 5, 1], [6, 7, 1, 2], [2, 3, 9, 8], [1, 5])]
+    for layer in (ddr, hbm):
+        for batch in batches:
+            train_once(layer, batch)
+    assert ddr.store.tiered and ddr.store.stats()["host_rows"] > 0
+    assert ddr.store.export().differences(hbm.store.export()) == []
+    assert len(ddr.store.evict()) == len(hbm.store.evict()) > 0
+    assert ddr.store.export().differences(hbm.store.export()) == []
+    assert np.array_equal(ddr(batches[2]).numpy(), hbm(batches[2]).numpy())
+    path = tf.train.Checkpoint(layer=ddr).save(str(tmp_path / "ddr"))
+    copy = Embedding(2, name="k1d", backend=backend, device_vocabulary_size=4, host_vocabulary_size=64,
+                     access_threshold=1, eviction_threshold=3)
+    tf.train.Checkpoint(layer=copy).restore(path)
+    assert copy.store.export().differences(ddr.store.export()) == []
+
+
 # ---------------------------------------------------------------- KERAS-2
 def test_keras_2_a_model_that_would_not_train_its_table_refuses_to_run():
     log = synthetic_click_log(512, seed=1)
