@@ -16,11 +16,12 @@ import pytest
 import tensorflow as tf
 
 import mxrec_ref
+import mxrec_ref.keras
 import mxrec_ref.tf as mx
 from mxrec_ref import ConfigError, Initializer, UsageError
 from mxrec_ref.demo import synthetic_click_log
-from mxrec_ref.keras import (Embedding, EvictCallback, Model, StatsLogger, TableGradientTape, export_saved_model,
-                             string_keys)
+from mxrec_ref.keras import (Embedding, EvictCallback, Model, StatsLogger, TableGradientTape, TableTraining,
+                             export_saved_model, string_keys)
 from mxrec_ref.metrics import auc
 from mxrec_ref.tf import lookup_limit
 from mxrec_ref.tf.optimizers import adagrad, gradient_descent
@@ -152,6 +153,29 @@ def test_keras_2_a_layer_called_twice_in_a_step_applies_once(backend):
     tape.gradient_and_apply(loss, [])
     assert shared.store.stats()["grad_applies"] == 1
     assert shared.store.export().differences(merged.store.export()) == []
+
+
+class SubclassedClickModel(TableTraining, keras.Model):
+    """The mixin on a subclassed model (KERAS-2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = Embedding(4, name="k2m", combiner="sum", optimizer=mxrec_ref.SGD(0.1))
+        self.head = keras.layers.Dense(1, activation="sigmoid")
+
+    def call(self, ids):
+        return self.head(self.table(ids))
+
+
+def test_keras_2_sequential_and_the_mixin_train_their_tables():
+    log = synthetic_click_log(512, seed=5)
+    sequential = mxrec_ref.keras.Sequential([keras.Input((12,), dtype="int64"),
+                                             Embedding(4, name="k2q", combiner="mean"), keras.layers.Dense(1)])
+    subclassed = SubclassedClickModel()
+    for model, table in ((sequential, sequential.layers[0]), (subclassed, subclassed.table)):
+        model.compile("sgd", "mse")
+        model.fit(log.keys, log.labels, batch_size=128, epochs=1, verbose=0)
+        assert table.store.stats()["grad_applies"] == 4 and table.store.size() > 0
 
 
 # ---------------------------------------------------------------- KERAS-3

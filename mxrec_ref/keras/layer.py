@@ -114,6 +114,8 @@ class Embedding(keras.layers.Layer):
 
     # --------------------------------------------------------------- lookup
     def call(self, ids, training=None):
+        if training is None:         # unset (a model whose call takes no training argument): train under a tape
+            training = active_tape() is not None
         training = bool(training) and self.trainable
         keys, layout = ids_module.flatten(self.table_name, ids, self.config.key_dtype, self.combiner)
         if self.serving is not None:
