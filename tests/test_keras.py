@@ -430,6 +430,22 @@ def test_keras_9_export_serves_without_mxrec_ref_keras_and_tf1(trained, tmp_path
     assert np.all(tf1_expected["emb"][-1, 0] == np.float32(0.25))   # the unknown key got serving_default_value
 
 
+def test_keras_9_model_export_writes_the_serving_model_and_saved_model_save_refuses(tmp_path):
+    """model.export of mxrec_ref.keras.Model is export_saved_model (an empty table too: every key gets the
+    default row); tf.saved_model.save of a model with a table raises instead of writing a PyFunc model."""
+    model, table = click_model("k9e", serving_default_value=0.125)
+    x = synthetic_click_log(64, seed=6).keys
+    model.export(str(tmp_path / "empty"))
+    served = tf.saved_model.load(str(tmp_path / "empty")).signatures["serving_default"](ids=tf.constant(x))
+    assert np.array_equal(served["output_0"].numpy(), model.predict(x, verbose=0))
+    ids = keras.Input((12,), dtype="int64", name="ids")
+    export_saved_model(keras.Model(ids, table(ids)), tmp_path / "rows")
+    rows = tf.saved_model.load(str(tmp_path / "rows")).signatures["serving_default"](ids=tf.constant(x))["output_0"]
+    assert np.all(rows.numpy() == np.float32(0.125))
+    with pytest.raises(Exception, match="table 'k9e': tf.saved_model.save: .*export_saved_model"):
+        tf.saved_model.save(model, str(tmp_path / "refused"))
+
+
 # --------------------------------------------------------------- KERAS-11
 def test_keras_11_evict_callback_and_stats_logger(tmp_path):
     log = synthetic_click_log(1024, seed=4)

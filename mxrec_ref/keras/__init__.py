@@ -6,7 +6,8 @@ from .callbacks import EvictCallback, StatsLogger
 from .export import export_saved_model
 from .ids import string_keys
 from .layer import Embedding
-from .training import Model, Sequential, TableGradientTape, TableTraining
+from .tape import TableGradientTape
+from .training import Model, Sequential, TableTraining
 
 __all__ = ["Embedding", "Model", "Sequential", "TableGradientTape", "TableTraining", "string_keys",
            "export_saved_model", "EvictCallback", "StatsLogger"]

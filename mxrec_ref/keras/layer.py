@@ -25,7 +25,7 @@ from ..tf.lookup_limit import count_lookup
 from ..tf.table import initializer_from_tf
 from . import ids as ids_module
 from .tracking import TableCheckpoint
-from .training import TrainingLookup, active_tape
+from .tape import TrainingLookup, active_tape
 
 # TableConfig fields a layer takes as keyword arguments (name and dim are the layer's own)
 TABLE_FIELDS = tuple(f.name for f in dataclasses.fields(TableConfig) if f.name not in ("name", "dim"))

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.saved_model import save_context   # no public API tells a SavedModel save from a checkpoint
+
+from ..errors import UsageError
 
 PATHS = "table_files"          # tensor / entry names
 CONTENTS = "table_contents"
@@ -56,6 +59,11 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
 
     # ------------------------------------------------- tf.train.Checkpoint
     def _serialize_to_tensors(self):
+        if save_context.in_save_context():
+            raise UsageError(f"table {self._layer.table_name!r}: tf.saved_model.save: a SavedModel of an Embedding "
+                             f"would call back into this Python process (a PyFunc) and fail to load elsewhere; "
+                             f"export it with mxrec_ref.keras.export_saved_model(model, path) (KERAS-9), and "
+                             f"checkpoint it with tf.train.Checkpoint or model.save('m.keras')")
         def files():
             paths, contents = self.files()
             return (tf.constant(paths, tf.string), tf.constant(contents, tf.string),

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager.context import eager_mode   # no public API enters eager mode inside a graph
 
-from ..state import TableState
+from ..state import PADDING_KEY, TableState
 from .lookup import step_ops
 
 # the training graph's custom gradients capture its store calls; a serving model needs no gradient
@@ -28,7 +28,10 @@ def serving_arrays(state: TableState, default_row) -> tuple[np.ndarray, np.ndarr
     keys = np.asarray(state.keys, dtype=np.int64)
     rows = np.concatenate([np.asarray(state.values, dtype=np.float32),
                            np.asarray(default_row, dtype=np.float32).reshape(1, -1)], axis=0)
-    return keys, np.arange(len(keys), dtype=np.int64), rows
+    index = np.arange(len(keys), dtype=np.int64)
+    if not len(keys):     # a hash table cannot be empty: the padding key, which gets the default row anyway (ADM-5)
+        keys, index = np.array([PADDING_KEY], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    return keys, index, rows
 
 
 def serving_table(name: str, state: TableState, default_row):
@@ -36,7 +39,7 @@ def serving_table(name: str, state: TableState, default_row):
     keys, index, rows = serving_arrays(state, default_row)
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.int64), tf.constant(index, tf.int64)),
-        default_value=tf.constant(len(keys), tf.int64), name=f"{name}_serving_keys")
+        default_value=tf.constant(len(rows) - 1, tf.int64), name=f"{name}_serving_keys")
     variable = tf.Variable(rows, trainable=False, name=f"{name}_serving_rows")
     return table, variable
 
@@ -100,7 +103,7 @@ def _export(session, inputs, outputs, path) -> str:
             hash_table, rows = tables[lookups[name].table.table_name]
             positions = hash_table.lookup(keys)
             replaced = (keys, tf.gather(rows, positions), tf.range(tf.size(keys, out_type=tf.int64)),
-                        positions < tf.cast(hash_table.size(), tf.int64), tf.constant(-1, tf.int64))
+                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64))
             mapping.update({f"{name}:{k}": tensor for k, tensor in enumerate(replaced)})
         mapping.update({f"{name}:0": tf.identity(variable.handle) for name, variable in stand_ins.items()})
         tf.compat.v1.import_graph_def(frozen, input_map=mapping, name="b")
