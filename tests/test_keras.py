@@ -128,6 +128,8 @@ def test_keras_2_a_model_that_would_not_train_its_table_refuses_to_run():
         with tf.GradientTape():
             model(log.keys[:4], training=True)
     assert model.predict(log.keys[:4], verbose=0).shape == (4, 1)     # evaluation and prediction are fine
+    with pytest.raises(mxrec_ref.MxrecError, match="jit_compile=True"):
+        click_model("jit")[0].compile("adam", "mse", jit_compile=True)
 
 
 def test_keras_2_fit_trains_the_tables(trained):

@@ -43,6 +43,14 @@ class TableTraining:
             self.optimizer.iterations.assign_add(1)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """Keras's ``compile``; ``jit_compile=True`` is refused: a table's store call is a
+        ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1)."""
+        if jit_compile is True:
+            raise MxrecError("mxrec_ref.keras: compile: jit_compile=True cannot compile the tables' store calls "
+                             "(tf.numpy_function); leave jit_compile='auto' or set it to False")
+        return super().compile(*args, jit_compile=jit_compile, **kwargs)
+
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras's ``export`` for a model with tables: ``format="tf_saved_model"`` writes
         ``export_saved_model``'s SavedModel (tables as static lookups, no PyFunc)."""
