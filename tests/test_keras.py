@@ -225,6 +225,21 @@ def test_keras_4_ragged_without_combiner_and_bad_ids(backend):
         Embedding(3, name="k4b", combiner="max")
 
 
+def test_keras_4_a_model_with_sparse_inputs_fits_and_predicts():
+    ids = keras.Input((5,), dtype="int64", sparse=True, name="ids")
+    table = Embedding(4, name="k4s", combiner="mean", optimizer=mxrec_ref.SGD(0.1))
+    model = Model(ids, keras.layers.Dense(1)(table(ids)))
+    model.compile("sgd", "mse")
+    dense = np.random.default_rng(0).integers(1, 50, (256, 5))
+    dense[:, 3:] = 0                                           # three ids per row
+    data = tf.data.Dataset.from_tensor_slices((tf.sparse.from_dense(tf.constant(dense)),
+                                               np.ones(256, np.float32))).batch(64)
+    model.fit(data, epochs=1, verbose=0)
+    assert table.store.stats()["grad_applies"] == 4
+    assert table.store.stats()["key_positions"] == 256 * 3
+    assert model.predict(data, verbose=0).shape == (256, 1)
+
+
 # ---------------------------------------------------------------- KERAS-5
 def test_keras_5_string_ids_hash_to_stable_keys_on_both_backends(backend):
     words = tf.constant([["apple", "pear"], ["pear", ""]])
