@@ -192,6 +192,24 @@ def test_keras_3_the_step_is_the_optimizer_step_or_the_tables_lookup_count(train
     assert layer.store.export().clock == 10
 
 
+def test_keras_3_a_data_timestamp_is_the_clock_of_training_lookups():
+    log = synthetic_click_log(512, seed=7)
+    stamps = (1_000 + np.arange(512) // 8).astype(np.int64).reshape(-1, 1)     # 8 events per "second"
+    ids, when = keras.Input((12,), dtype="int64", name="ids"), keras.Input((1,), dtype="int64", name="when")
+    table = Embedding(4, name="k3t", combiner="sum", access_threshold=1, eviction_threshold=20)
+    model = Model({"ids": ids, "when": when}, keras.layers.Dense(1)(table(ids, timestamp=when)))
+    model.compile("sgd", "mse")
+    evict = EvictCallback(every_n_batches=4)
+    model.fit({"ids": log.keys, "when": stamps}, log.labels, batch_size=64, epochs=1, verbose=0, shuffle=False,
+              callbacks=[evict])
+    state = table.store.export()
+    assert (state.clock_source, state.clock) == ("timestamp", int(stamps.max()))
+    assert evict.evicted["k3t"] > 0 and np.all(state.clock - state.last_seen < 20 + 4 * 64 // 8)
+    before = table.store.export()
+    model.predict({"ids": log.keys[:64], "when": stamps[:64] + 10**6}, verbose=0)     # evaluation: no clock
+    assert table.store.export().differences(before) == []
+
+
 # ---------------------------------------------------------------- KERAS-4
 @pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
 def test_keras_4_sparse_and_ragged_ids_combine_as_embedding_lookup_sparse(backend, combiner):

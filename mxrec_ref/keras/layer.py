@@ -93,7 +93,7 @@ class Embedding(keras.layers.Layer):
     def build(self, input_shape=None):
         self.built = True
 
-    def compute_output_spec(self, ids, training=None):
+    def compute_output_spec(self, ids, training=None, timestamp=None):
         shape = tuple(ids.shape)
         if self.combiner is not None:
             shape = shape[:-1]
@@ -113,7 +113,9 @@ class Embedding(keras.layers.Layer):
                 **table_fields}
 
     # --------------------------------------------------------------- lookup
-    def call(self, ids, training=None):
+    def call(self, ids, training=None, timestamp=None):
+        """``timestamp``: the batch's data timestamp (an integer tensor; its maximum is the batch's), the
+        clock of training lookups instead of the step (CON-5); evaluation never reads it (LKP-2)."""
         if training is None:         # unset (a model whose call takes no training argument): train under a tape
             training = active_tape() is not None
         training = bool(training) and self.trainable
@@ -131,8 +133,15 @@ class Embedding(keras.layers.Layer):
                 f"mxrec_ref.keras.TableGradientTape and call its gradient_and_apply")
         count_lookup(self, self.table_name, training, "Embedding")    # per graph / trace (KERAS-6, TF-17)
         step = tape.step_tensor() if training else tf.constant(-1, tf.int64)
+        stamp = tf.constant(-1, tf.int64)
+        if timestamp is not None and training:
+            timestamp = tf.convert_to_tensor(timestamp)
+            if not timestamp.dtype.is_integer:
+                raise UsageError(f"table {self.table_name!r}: timestamp: must be an integer tensor, got "
+                                 f"{timestamp.dtype.name}")
+            stamp = tf.reduce_max(tf.cast(timestamp, tf.int64))
         unique_keys, rows, inverse, step_used = tf.numpy_function(
-            self._lookup_batch if training else self._eval_batch, [keys, step],
+            self._lookup_batch if training else self._eval_batch, [keys, step, stamp],
             [tf.int64, tf.float32, tf.int64, tf.int64], stateful=True, name=f"{self.table_name}_store_lookup")
         unique_keys.set_shape([None])
         rows.set_shape([None, self.dim])
@@ -142,16 +151,16 @@ class Embedding(keras.layers.Layer):
             tape.record(TrainingLookup(self, unique_keys, rows, step_used))
         return ids_module.assemble(layout, rows, inverse, self.combiner, self.dim)
 
-    def _lookup_batch(self, keys, step):
+    def _lookup_batch(self, keys, step, stamp):
         with self._step_lock:
             step = int(step)
             if step < 0:
                 step = self.train_lookups_run
-            result = self.store.lookup(keys, train=True, step=step)
+            result = self.store.lookup(keys, train=True, step=step, timestamp=None if stamp < 0 else int(stamp))
             self.train_lookups_run += 1
         return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(step)
 
-    def _eval_batch(self, keys, step):
+    def _eval_batch(self, keys, step, stamp):
         result = self.store.lookup(keys, train=False)
         return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(-1)
 
