@@ -78,15 +78,14 @@ def _export(session, inputs, outputs, path) -> str:
     proxies = {t.variable.op.name: t for t in {id(s.table): s.table for s in lookups.values()}.values()}
     frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
         session, graph.as_graph_def(), output_nodes, variable_names_blacklist=sorted(proxies))
-    used = [name for name in sorted(lookups) if any(n.name == name for n in frozen.node)]
+    present = {n.name for n in frozen.node}
+    used = [name for name in sorted(lookups) if name in present]      # the store calls the outputs depend on
     tables = {}
     for name in used:
         table = lookups[name].table
         if table.table_name not in tables:
             tables[table.table_name] = serving_table(table.table_name, table.store.export(),
-                                                         table.config.default_row())
-
-    present = {n.name for n in frozen.node}
+                                                     table.config.default_row())
     stand_ins = {name: tf.Variable(tf.zeros([1, table.emb_size]), trainable=False, name=f"{table.table_name}_proxy")
                  for name, table in proxies.items() if name in present}
 
