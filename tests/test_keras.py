@@ -243,19 +243,29 @@ def test_keras_4_ragged_without_combiner_and_bad_ids(backend):
         Embedding(3, name="k4b", combiner="max")
 
 
-def test_keras_4_a_model_with_sparse_inputs_fits_and_predicts():
-    ids = keras.Input((5,), dtype="int64", sparse=True, name="ids")
-    table = Embedding(4, name="k4s", combiner="mean", optimizer=mxrec_ref.SGD(0.1))
-    model = Model(ids, keras.layers.Dense(1)(table(ids)))
+def test_keras_4_a_model_with_sparse_and_ragged_inputs_fits_predicts_and_exports(tmp_path):
+    """KERAS-4 in a model; KERAS-9's export of sparse and ragged inputs (fed as their component tensors)."""
+    sparse_ids = keras.Input((5,), dtype="int64", sparse=True, name="sp")
+    ragged_ids = keras.Input((None,), dtype="int64", ragged=True, name="rg")
+    sparse_table = Embedding(4, name="k4s", combiner="mean", optimizer=mxrec_ref.SGD(0.1))
+    ragged_table = Embedding(4, name="k4r", combiner="sqrtn", optimizer=mxrec_ref.SGD(0.1))
+    joined = keras.layers.Concatenate()([sparse_table(sparse_ids), ragged_table(ragged_ids)])
+    model = Model({"sp": sparse_ids, "rg": ragged_ids}, keras.layers.Dense(1)(joined))
     model.compile("sgd", "mse")
     dense = np.random.default_rng(0).integers(1, 50, (256, 5))
     dense[:, 3:] = 0                                           # three ids per row
-    data = tf.data.Dataset.from_tensor_slices((tf.sparse.from_dense(tf.constant(dense)),
-                                               np.ones(256, np.float32))).batch(64)
+    sparse = tf.sparse.from_dense(tf.constant(dense))
+    ragged = tf.RaggedTensor.from_row_lengths(dense[:, :3].ravel(), tf.fill([256], 3)).with_row_splits_dtype(tf.int64)
+    data = tf.data.Dataset.from_tensor_slices(({"sp": sparse, "rg": ragged}, np.ones(256, np.float32))).batch(64)
     model.fit(data, epochs=1, verbose=0)
-    assert table.store.stats()["grad_applies"] == 4
-    assert table.store.stats()["key_positions"] == 256 * 3
-    assert model.predict(data, verbose=0).shape == (256, 1)
+    for table in (sparse_table, ragged_table):
+        assert table.store.stats()["grad_applies"] == 4 and table.store.stats()["key_positions"] == 256 * 3
+    predictions = model.predict(data, verbose=0)
+    export_saved_model(model, tmp_path / "sparse")
+    serve = tf.saved_model.load(str(tmp_path / "sparse")).signatures["serving_default"]
+    served = serve(sp_indices=sparse.indices, sp_values=sparse.values, sp_dense_shape=sparse.dense_shape,
+                   rg_values=ragged.flat_values, rg_row_lengths=ragged.row_lengths())
+    assert np.array_equal(served["output_0"].numpy(), predictions)
 
 
 # ---------------------------------------------------------------- KERAS-5

@@ -28,7 +28,10 @@ def embedding_layers(model) -> list[Embedding]:
 
 
 def _inputs(model):
-    """(the structure of the model's symbolic inputs, one TensorSpec per input, named as the input)."""
+    """(the structure of the model's symbolic inputs, the signature's named TensorSpecs, a function that
+    rebuilds the inputs from the signature's tensors).  A SavedModel signature takes dense tensors only: a
+    sparse input ``x`` is fed as ``x_indices``, ``x_values``, ``x_dense_shape``; a ragged one (ragged rank 1)
+    as ``x_values``, ``x_row_lengths``."""
     try:
         structure = model.input
     except (AttributeError, ValueError):
@@ -36,13 +39,36 @@ def _inputs(model):
     if structure is None:
         raise UsageError("export_saved_model: model: the model has no symbolic inputs; build it with "
                          "keras.Input (functional or Sequential with an Input)")
-    specs = []
+    specs, kinds = [], []
     for tensor in tf.nest.flatten(structure):
-        if getattr(tensor, "sparse", False) or getattr(tensor, "ragged", False):
-            raise UsageError(f"export_saved_model: input {tensor.name!r}: sparse and ragged inputs are not "
-                             f"exported yet; export a model with dense inputs")
-        specs.append(tf.TensorSpec(tensor.shape, tensor.dtype, name=tensor.name))
-    return structure, specs
+        name, dtype, rank = tensor.name, tf.as_dtype(tensor.dtype), len(tensor.shape)
+        if getattr(tensor, "sparse", False):
+            kinds.append("sparse")
+            specs += [tf.TensorSpec([None, rank], tf.int64, name=f"{name}_indices"),
+                      tf.TensorSpec([None], dtype, name=f"{name}_values"),
+                      tf.TensorSpec([rank], tf.int64, name=f"{name}_dense_shape")]
+        elif getattr(tensor, "ragged", False):
+            if rank != 2:
+                raise UsageError(f"export_saved_model: input {name!r}: a ragged input must be [batch, (k)]")
+            kinds.append("ragged")
+            specs += [tf.TensorSpec([None], dtype, name=f"{name}_values"),
+                      tf.TensorSpec([None], tf.int64, name=f"{name}_row_lengths")]
+        else:
+            kinds.append("dense")
+            specs.append(tf.TensorSpec(tensor.shape, dtype, name=name))
+
+    def rebuild(flat):
+        flat, inputs = list(flat), []
+        for kind in kinds:
+            if kind == "sparse":
+                inputs.append(tf.SparseTensor(flat.pop(0), flat.pop(0), flat.pop(0)))
+            elif kind == "ragged":
+                inputs.append(tf.RaggedTensor.from_row_lengths(flat.pop(0), flat.pop(0)))
+            else:
+                inputs.append(flat.pop(0))
+        return tf.nest.pack_sequence_as(structure, inputs)
+
+    return specs, rebuild
 
 
 def export_saved_model(model, path) -> str:
@@ -55,11 +81,11 @@ def export_saved_model(model, path) -> str:
         module.tables.append(table)
         module.rows.append(rows)
     module.dense_variables = [getattr(v, "value", v) for v in model.variables]
-    structure, specs = _inputs(model)
+    specs, rebuild = _inputs(model)
 
     @tf.function(input_signature=specs)
     def serve(*inputs):
-        outputs = model(tf.nest.pack_sequence_as(structure, list(inputs)), training=False)
+        outputs = model(rebuild(inputs), training=False)
         if isinstance(outputs, dict):
             return outputs
         outputs = tf.nest.flatten(outputs)
