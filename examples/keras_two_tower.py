@@ -46,9 +46,9 @@ def inputs(keys) -> dict:
     return {"user": keys[:, USER_FIELDS], "item": keys[:, ITEM_FIELDS]}
 
 
-def main(folder: str) -> None:
-    log = synthetic_click_log(24_000, seed=0)
-    train, test = slice(0, 20_000), slice(20_000, None)
+def main(folder: str, rows: int = 24_000) -> None:
+    log = synthetic_click_log(rows, seed=0)
+    train, test = slice(0, rows * 5 // 6), slice(rows * 5 // 6, None)
     model = two_tower()
     model.fit(inputs(log.keys[train]), log.labels[train], batch_size=256, epochs=2, verbose=0,
               callbacks=[EvictCallback(every_n_batches=50)])
