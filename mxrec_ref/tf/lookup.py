@@ -217,6 +217,11 @@ class MergedShare:
         self.segment = 0
 
 
+def step_ops(graph) -> list:
+    """The store lookups built in ``graph`` (each with ``.op``, its numpy_function, and ``.table``)."""
+    return list(_STEP_OPS.get(graph, {}).values())
+
+
 def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
     cache_key = (merged.ref(), is_train)
@@ -264,9 +269,13 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     else:
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
-    cache[cache_key] = _StepOp(unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
-                                   positions, step, stamp, has_timestamp, pad_to)
-    return cache[cache_key]
+    eager = tf.executing_eagerly()      # an eager lookup has run already: no op, nothing to share or cache
+    step_op = _StepOp(None if eager else unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
+                      positions, step, stamp, has_timestamp, pad_to)
+    step_op.table = table               # for the serving export (tf/export.py, KERAS-10)
+    if not eager:
+        cache[cache_key] = step_op
+    return step_op
 
 
 @tf.custom_gradient

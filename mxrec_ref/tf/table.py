@@ -20,7 +20,8 @@ from ..errors import MxrecError, UsageError
 from ..store import LookupResult, open_store
 from . import fatal
 from .config_initializer import ConfigInitializer, log_once
-from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION, MULTI_LOOKUP_TIMES
+from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
+from .lookup_limit import count_lookup, lookups_in_graph
 
 
 class SparseTable:
@@ -39,7 +40,6 @@ class SparseTable:
         self.slice_device_vocabulary_size = device_vocabulary_size     # one rank: the whole table
         self.slice_host_vocabulary_size = host_vocabulary_size
         self.slice_ssd_vocabulary_size = ssd_vocabulary_size
-        self.multi_lookup_times = {True: 0, False: 0}
         self.merged_specs: dict = {}    # is_training -> the FeatureSpecs the insert function merged, in order
         self._config_args = dict(
             name=name, dim=dim, key_dtype=key_dtype.name, initializer=initializer,
@@ -75,10 +75,12 @@ class SparseTable:
         self.config = self._frozen_config()
 
     def note_lookup(self, is_train: bool) -> None:
-        self.multi_lookup_times[is_train] += 1
-        if self.multi_lookup_times[is_train] > MULTI_LOOKUP_TIMES:
-            raise ValueError(f"table {self.table_name!r}: sparse_lookup: more than {MULTI_LOOKUP_TIMES} lookups "
-                             f"of one table in {'training' if is_train else 'evaluation'}")
+        count_lookup(self, self.table_name, is_train, "sparse_lookup")    # per graph, not per process (TF-17)
+
+    @property
+    def multi_lookup_times(self) -> dict[bool, int]:
+        """mxRec's attribute: this table's lookups per mode in the current graph (TF-17)."""
+        return lookups_in_graph(self)
 
     def _frozen_config(self) -> TableConfig:
         extra = {}

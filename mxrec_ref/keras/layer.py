@@ -1,0 +1,186 @@
+"""``Embedding``: a Keras 3 layer over one dynamic table (KERAS-1).
+
+The layer owns one store (``open_store`` with the layer's ``TableConfig`` and
+sparse optimizer) -- no ``init()`` and no global state, so several models and
+tests live side by side.  A batch is one ``tf.numpy_function`` per table: one
+store lookup for the batch's unique keys.  The output is built from the unique
+rows with the inverse index, so the gradient of the loss with respect to the
+rows is the gradient summed per unique key, which ``TableGradientTape`` sends
+to the store (training.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ..backends import available_backends, open_store
+from ..config import Initializer, TableConfig
+from ..errors import ConfigError, UsageError
+from ..optimizers import SparseOptimizer, optimizer_from_description
+from ..tf.lookup_limit import count_lookup
+from ..tf.table import initializer_from_tf
+from . import ids as ids_module
+from .tracking import TableCheckpoint
+from .tape import TrainingLookup, active_tape
+
+# TableConfig fields a layer takes as keyword arguments (name and dim are the layer's own)
+TABLE_FIELDS = tuple(f.name for f in dataclasses.fields(TableConfig) if f.name not in ("name", "dim"))
+
+
+@keras.saving.register_keras_serializable(package="mxrec_ref")
+class Embedding(keras.layers.Layer):
+    """``Embedding(dim, name=..., combiner=None, optimizer=None, backend=None, hot_rows=None, **table_fields)``.
+
+    ``table_fields`` are ``TableConfig``'s (``device_vocabulary_size``,
+    ``access_threshold``, ``eviction_threshold``, ``initializer`` -- an
+    ``mxrec_ref.Initializer`` or a Keras/TF initializer --, ``serving_default_value``,
+    ``dynamic_expansion``, ``host_vocabulary_size``, ...).  ``optimizer``: the
+    table's sparse optimizer (``mxrec_ref.Adagrad(...)`` etc.; default SGD(0.01),
+    the store's).  ``backend``: "ref" or "fast" (default: "fast" when built).
+    ``combiner``: None, "sum", "mean" or "sqrtn" (ids.py).  The layer's name is
+    the table's name (CFG-1).
+    """
+
+    def __init__(self, dim, name=None, *, combiner=None, optimizer=None, backend=None, hot_rows=None,
+                 trainable=True, dtype=None, **table_fields):
+        unknown = sorted(set(table_fields) - set(TABLE_FIELDS))
+        if unknown:
+            raise ConfigError(f"table {name!r}: {unknown[0]}: not a TableConfig field nor an Embedding argument")
+        super().__init__(name=name, trainable=trainable, dtype=dtype)
+        table_name = self.name
+        ids_module.check_combiner(table_name, combiner)
+        if isinstance(optimizer, dict):
+            optimizer = optimizer_from_description(optimizer)
+        if optimizer is not None and not isinstance(optimizer, SparseOptimizer):
+            raise ConfigError(f"table {table_name!r}: optimizer: must be an mxrec_ref sparse optimizer "
+                              f"(mxrec_ref.Adagrad, SGD, LazyAdam, Ftrl), got {type(optimizer).__name__}; the "
+                              f"model's Keras optimizer trains the dense weights")
+        if isinstance(table_fields.get("initializer"), dict):
+            table_fields["initializer"] = Initializer(**table_fields["initializer"])
+        if "initializer" in table_fields:
+            table_fields["initializer"] = initializer_from_tf(table_fields["initializer"], table_name)
+        if not {"device_vocabulary_size", "host_vocabulary_size", "dynamic_expansion"} & set(table_fields):
+            table_fields["dynamic_expansion"] = True      # no size given: the table grows (KERAS-1)
+        if "ssd_data_path" in table_fields and isinstance(table_fields["ssd_data_path"], list):
+            table_fields["ssd_data_path"] = tuple(table_fields["ssd_data_path"])
+        self.config = TableConfig(name=table_name, dim=dim, **table_fields)   # validates, naming the field
+        self.combiner = combiner
+        self.backend = backend or ("fast" if "fast" in available_backends() else "ref")
+        self.hot_rows = hot_rows
+        self._table_fields = table_fields
+        self.store = open_store(self.config, optimizer, backend=self.backend,
+                                **({} if hot_rows is None else {"hot_rows": hot_rows}))
+        self.optimizer = self.store.optimizer
+        self.train_lookups_run = 0          # the step of a training lookup when the tape gives none (KERAS-3)
+        self._step_lock = threading.Lock()
+        self.supports_jit = False           # a numpy_function cannot be XLA-compiled
+        self.serving = None                 # (StaticHashTable, rows variable) while exporting (KERAS-9)
+        self.table_checkpoint = TableCheckpoint(self)   # tf.train.Checkpoint's view of the table (KERAS-7)
+
+    @property
+    def dim(self) -> int:
+        return self.config.dim
+
+    @property
+    def table_name(self) -> str:
+        return self.config.name
+
+    # ---------------------------------------------------------------- Keras
+    def build(self, input_shape=None):
+        self.built = True
+
+    def compute_output_spec(self, ids, training=None, timestamp=None):
+        shape = tuple(ids.shape)
+        if self.combiner is not None:
+            shape = shape[:-1]
+        return keras.KerasTensor(shape + (self.dim,), dtype="float32")
+
+    def get_config(self):
+        table_fields = {}
+        for field, value in self._table_fields.items():
+            value = getattr(self.config, field)
+            if isinstance(value, Initializer):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            table_fields[field] = value
+        return {**super().get_config(), "dim": self.dim, "combiner": self.combiner,
+                "optimizer": self.optimizer.describe(), "backend": self.backend, "hot_rows": self.hot_rows,
+                **table_fields}
+
+    # --------------------------------------------------------------- lookup
+    def call(self, ids, training=None, timestamp=None):
+        """``timestamp``: the batch's data timestamp (an integer tensor; its maximum is the batch's), the
+        clock of training lookups instead of the step (CON-5); evaluation never reads it (LKP-2)."""
+        if training is None:         # unset (a model whose call takes no training argument): train under a tape
+            training = active_tape() is not None
+        training = bool(training) and self.trainable
+        keys, layout = ids_module.flatten(self.table_name, ids, self.config.key_dtype, self.combiner)
+        if self.serving is not None:
+            table, rows = self.serving
+            return ids_module.assemble(layout, rows, table.lookup(keys), self.combiner, self.dim)
+        tape = active_tape() if training else None
+        if training and tape is None:
+            raise UsageError(
+                f"table {self.table_name!r}: training: this Embedding is called with training=True outside a "
+                f"TableGradientTape, so nothing would ever update the table (a plain keras.Model's train_step or "
+                f"a plain tf.GradientTape). Build the model with mxrec_ref.keras.Model / Sequential (or mix "
+                f"mxrec_ref.keras.TableTraining into your model class), or record a custom step under "
+                f"mxrec_ref.keras.TableGradientTape and call its gradient_and_apply")
+        count_lookup(self, self.table_name, training, "Embedding")    # per graph / trace (KERAS-6, TF-17)
+        step = tape.step_tensor() if training else tf.constant(-1, tf.int64)
+        stamp = tf.constant(-1, tf.int64)
+        if timestamp is not None and training:
+            timestamp = tf.convert_to_tensor(timestamp)
+            if not timestamp.dtype.is_integer:
+                raise UsageError(f"table {self.table_name!r}: timestamp: must be an integer tensor, got "
+                                 f"{timestamp.dtype.name}")
+            stamp = tf.reduce_max(tf.cast(timestamp, tf.int64))
+        unique_keys, rows, inverse, step_used = tf.numpy_function(
+            self._lookup_batch if training else self._eval_batch, [keys, step, stamp],
+            [tf.int64, tf.float32, tf.int64, tf.int64], stateful=True, name=f"{self.table_name}_store_lookup")
+        unique_keys.set_shape([None])
+        rows.set_shape([None, self.dim])
+        inverse.set_shape(keys.shape)
+        step_used.set_shape([])
+        if training:
+            tape.record(TrainingLookup(self, unique_keys, rows, step_used))
+        return ids_module.assemble(layout, rows, inverse, self.combiner, self.dim)
+
+    def _lookup_batch(self, keys, step, stamp):
+        with self._step_lock:
+            step = int(step)
+            if step < 0:
+                step = self.train_lookups_run
+            result = self.store.lookup(keys, train=True, step=step, timestamp=None if stamp < 0 else int(stamp))
+            self.train_lookups_run += 1
+        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(step)
+
+    def _eval_batch(self, keys, step, stamp):
+        result = self.store.lookup(keys, train=False)
+        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(-1)
+
+    def apply_gradient_op(self, unique_keys, grad_rows, step):
+        """The store's apply of one training lookup's gradient (one numpy_function)."""
+        if isinstance(grad_rows, tf.IndexedSlices):
+            grad_rows = tf.convert_to_tensor(grad_rows)
+        return tf.numpy_function(self._apply, [unique_keys, tf.cast(grad_rows, tf.float32), step], tf.int64,
+                                 stateful=True, name=f"{self.table_name}_sparse_apply")
+
+    def _apply(self, keys, grads, step):
+        return np.int64(self.store.apply_gradients(keys, grads, step=int(step)))
+
+    # ------------------------------------------------------- checkpointing
+    def save_own_variables(self, store):
+        """Keras weight files (``save_weights``, ``model.save``, ModelCheckpoint): the table's state (KERAS-8)."""
+        self.table_checkpoint.save_to_keras_store(store)
+
+    def load_own_variables(self, store):
+        self.table_checkpoint.load_from_keras_store(store)
+
+    def __repr__(self):
+        return f"Embedding({self.table_name!r}, dim={self.dim}, size={self.store.size()}, backend={self.backend!r})"

@@ -1,0 +1,70 @@
+"""``model.fit`` that trains the tables (KERAS-2): ``TableTraining`` is Keras's
+``train_step`` (TF backend) under a ``TableGradientTape``; ``Model`` and
+``Sequential`` are Keras's with it mixed in.  Their ``export`` writes the
+serving SavedModel of ``export_saved_model`` (KERAS-9).
+"""
+from __future__ import annotations
+
+import warnings
+
+import keras
+import tensorflow as tf
+
+from ..errors import MxrecError
+from .export import export_saved_model
+from .tape import TableGradientTape
+
+
+class TableTraining:
+    """``train_step`` for a Keras model with ``Embedding`` layers: Keras's own
+    (TF backend) with a ``TableGradientTape``, so the optimizer step also applies
+    each table's sparse optimizer with the same loss's gradients.  The step of
+    the tables' lookups is ``optimizer.iterations``.  Mix it in before the model
+    class: ``class MyModel(TableTraining, keras.Model)``."""
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        if getattr(self.optimizer, "loss_scale_factor", None) or isinstance(
+                self.optimizer, keras.optimizers.LossScaleOptimizer):
+            raise MxrecError("mxrec_ref.keras: loss scaling is not supported: the tables would receive scaled "
+                             "gradients; use a float32 policy without LossScaleOptimizer")
+        with TableGradientTape(step=self.optimizer.iterations) as tape:
+            y_pred = self(x, training=True) if self._call_has_training_arg else self(x)
+            loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+            self._loss_tracker.update_state(loss, sample_weight=tf.shape(
+                next(i for i in tf.nest.flatten(x) if i is not None))[0])
+        trainable = self.trainable_weights
+        gradients, _ = tape.gradient_and_apply(loss, trainable)
+        if trainable:
+            self.optimizer.apply_gradients(zip(gradients, trainable))
+        elif not tape.lookups:
+            warnings.warn("The model does not have any trainable weights.")
+        else:      # only tables train: the optimizer's step counter still advances (the tables' clock)
+            self.optimizer.iterations.assign_add(1)
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def compile(self, *args, jit_compile="auto", **kwargs):
+        """Keras's ``compile``; ``jit_compile=True`` is refused: a table's store call is a
+        ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1)."""
+        if jit_compile is True:
+            raise MxrecError("mxrec_ref.keras: compile: jit_compile=True cannot compile the tables' store calls "
+                             "(tf.numpy_function); leave jit_compile='auto' or set it to False")
+        return super().compile(*args, jit_compile=jit_compile, **kwargs)
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """Keras's ``export`` for a model with tables: ``format="tf_saved_model"`` writes
+        ``export_saved_model``'s SavedModel (tables as static lookups, no PyFunc)."""
+        if format != "tf_saved_model" or input_signature is not None or kwargs:
+            raise MxrecError(f"mxrec_ref.keras: export: only format='tf_saved_model' with the model's own inputs "
+                             f"is supported for a model with Embedding tables, got format={format!r}")
+        return export_saved_model(self, filepath)
+
+
+@keras.saving.register_keras_serializable(package="mxrec_ref")
+class Model(TableTraining, keras.Model):
+    """``keras.Model`` whose ``fit`` trains its ``Embedding`` tables (functional or subclassed)."""
+
+
+@keras.saving.register_keras_serializable(package="mxrec_ref")
+class Sequential(TableTraining, keras.Sequential):
+    """``keras.Sequential`` whose ``fit`` trains its ``Embedding`` tables."""

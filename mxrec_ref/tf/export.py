@@ -1,0 +1,129 @@
+"""Serving export (spec/keras.md, KERAS-9): a SavedModel in which every
+table is a ``tf.lookup.StaticHashTable`` of its admitted keys -> row index and a
+``tf.Variable`` of those rows plus one default row, so the model serves with
+TensorFlow alone -- no mxrec-ref import and no ``PyFunc`` op.
+
+``export_saved_model(session, inputs, outputs, path)`` exports a TF1 graph built
+with ``sparse_lookup``: the graph is rebuilt with each table's store call
+replaced by the static lookup.  The Keras export (``mxrec_ref.keras``) uses
+``serving_table`` for its layers.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.eager.context import eager_mode   # no public API enters eager mode inside a graph
+
+from ..state import PADDING_KEY, TableState
+from .lookup import step_ops
+
+# the training graph's custom gradients capture its store calls; a serving model needs no gradient
+SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+PYFUNC_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+
+
+def serving_arrays(state: TableState, default_row) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(keys, row index of each key, rows): the admitted keys in key order, their
+    rows, and last the default row that every other key gets (KERAS-9)."""
+    keys = np.asarray(state.keys, dtype=np.int64)
+    rows = np.concatenate([np.asarray(state.values, dtype=np.float32),
+                           np.asarray(default_row, dtype=np.float32).reshape(1, -1)], axis=0)
+    index = np.arange(len(keys), dtype=np.int64)
+    if not len(keys):     # a hash table cannot be empty: the padding key, which gets the default row anyway (ADM-5)
+        keys, index = np.array([PADDING_KEY], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    return keys, index, rows
+
+
+def serving_table(name: str, state: TableState, default_row):
+    """(StaticHashTable keys -> row index, default len(keys); tf.Variable of the rows)."""
+    keys, index, rows = serving_arrays(state, default_row)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(keys, tf.int64), tf.constant(index, tf.int64)),
+        default_value=tf.constant(len(rows) - 1, tf.int64), name=f"{name}_serving_keys")
+    variable = tf.Variable(rows, trainable=False, name=f"{name}_serving_rows")
+    return table, variable
+
+
+def check_no_pyfunc(graph_def, where: str) -> None:
+    """Raise if a PyFunc op is left in ``graph_def`` or its functions (KERAS-9)."""
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    left = sorted({n.name for n in nodes if n.op in PYFUNC_OPS})
+    if left:
+        raise RuntimeError(f"{where}: the serving graph still holds Python ops {left[:5]}; they cannot load "
+                           f"without this process")
+
+
+def export_saved_model(session, inputs: dict, outputs: dict, path) -> str:
+    """Write the TF1 graph of ``session`` as a SavedModel at ``path`` (KERAS-10):
+    signature ``serving_default`` feeds ``inputs`` ({name: tensor}) and returns
+    ``outputs`` ({name: tensor}).  Dense variables are frozen to constants with
+    their values in ``session``; every ``sparse_lookup`` store call the outputs
+    depend on becomes its table's static lookup (``serving_table``), the
+    ``tf.Variable`` of rows holding the table as it is now."""
+    with eager_mode():       # called with the session's graph as default: the export itself is TF2 code
+        return _export(session, inputs, outputs, path)
+
+
+def _export(session, inputs, outputs, path) -> str:
+    graph = session.graph
+    if not isinstance(inputs, dict) or not isinstance(outputs, dict) or not inputs or not outputs:
+        raise TypeError("export_saved_model: inputs, outputs: must be non-empty dicts {name: tensor}")
+    for where, tensors in (("inputs", inputs), ("outputs", outputs)):
+        for name, tensor in tensors.items():
+            if not isinstance(tensor, tf.Tensor) or tensor.graph is not graph:
+                raise TypeError(f"export_saved_model: {where}[{name!r}]: must be a tensor of the session's graph")
+    lookups = {s.op.name: s for s in step_ops(graph)}
+    output_nodes = sorted({t.op.name for t in outputs.values()})
+    # the tables' one-row proxies are never initialised (TF-1): not frozen, mapped to stand-ins below
+    proxies = {t.variable.op.name: t for t in {id(s.table): s.table for s in lookups.values()}.values()}
+    frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+        session, graph.as_graph_def(), output_nodes, variable_names_blacklist=sorted(proxies))
+    present = {n.name for n in frozen.node}
+    used = [name for name in sorted(lookups) if name in present]      # the store calls the outputs depend on
+    tables = {}
+    for name in used:
+        table = lookups[name].table
+        if table.table_name not in tables:
+            tables[table.table_name] = serving_table(table.table_name, table.store.export(),
+                                                     table.config.default_row())
+    stand_ins = {name: tf.Variable(tf.zeros([1, table.emb_size]), trainable=False, name=f"{table.table_name}_proxy")
+                 for name, table in proxies.items() if name in present}
+
+    def rebuilt():
+        """Copy A computes each lookup's ids; copy B, the outputs, reads the static
+        lookups instead of the store calls (its PyFunc ops are left unconnected
+        and pruned below)."""
+        copy = tf.compat.v1.get_default_graph()
+        tf.compat.v1.import_graph_def(frozen, name="a")
+        mapping = {t.name: copy.get_tensor_by_name(f"a/{t.name}") for t in inputs.values()}
+        for name in used:
+            op = copy.get_operation_by_name(f"a/{name}")
+            keys = tf.cast(op.inputs[0], tf.int64)
+            hash_table, rows = tables[lookups[name].table.table_name]
+            positions = hash_table.lookup(keys)
+            replaced = (keys, tf.gather(rows, positions), tf.range(tf.size(keys, out_type=tf.int64)),
+                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64))
+            mapping.update({f"{name}:{k}": tensor for k, tensor in enumerate(replaced)})
+        mapping.update({f"{name}:0": tf.identity(variable.handle) for name, variable in stand_ins.items()})
+        tf.compat.v1.import_graph_def(frozen, input_map=mapping, name="b")
+
+    wrapped = tf.compat.v1.wrap_function(rebuilt, [])
+    feeds = [wrapped.graph.get_tensor_by_name(f"a/{t.name}") for t in inputs.values()]
+    fetches = {name: wrapped.graph.get_tensor_by_name(f"b/{t.name}") for name, t in outputs.items()}
+    pruned = wrapped.prune(feeds, fetches)
+    check_no_pyfunc(pruned.graph.as_graph_def(), "export_saved_model")
+    specs = [tf.TensorSpec(t.shape, t.dtype, name=name) for name, t in inputs.items()]
+
+    @tf.function(input_signature=specs)
+    def serve(*args):
+        return pruned(*args)
+
+    module = tf.Module()
+    module.tables = [table for table, _ in tables.values()]
+    module.rows = [rows for _, rows in tables.values()]
+    module.proxies = list(stand_ins.values())
+    module.serve = serve
+    concrete = serve.get_concrete_function()
+    check_no_pyfunc(concrete.graph.as_graph_def(), "export_saved_model")
+    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete}, options=SAVE_OPTIONS)
+    return str(path)
