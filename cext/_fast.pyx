@@ -72,7 +72,7 @@ in front of dedup (per position) was slower than dedup's scratch table.
 
 Float arithmetic
 ----------------
-The optimizer kernels repeat ``mxrec_ref/ref/optimizer_math.py`` element by
+The optimizer kernels repeat ``mxrec_ref/ref/optimizers.py`` element by
 element with C ``float`` variables in the same order.  Compiled with
 -ffp-contract=off -fno-fast-math (no FMA, no reassociation) they are
 bit-identical to numpy's float32 operations; -fno-math-errno only lets GCC
@@ -1645,7 +1645,7 @@ cdef class FastCore:
 cdef inline void _ftrl_element(float* w, float* acc, float* linear, float g, float acc_new,
                                float power_new, float power_old, float lr, float l1, float l2,
                                float l2_shrinkage) noexcept nogil:
-    """One element of ApplyFtrlV2 in optimizer_math._ftrl's order; ``power_*``
+    """One element of ApplyFtrlV2 in ref/optimizers.ftrl's order; ``power_*``
     is sqrt(acc) (power -0.5) or acc^-power, after and before the step."""
     cdef float two = 2.0
     cdef float g_shrunk = g

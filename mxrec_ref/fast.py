@@ -8,7 +8,7 @@ by mxrec_ref/conformance/test_differential.py).  The split:
   backends share (mxrec_ref/contract.py: the capacity and growth rule, the
   table clock, the statistics counters, the hot schedule), the initializer call and the
   optimizer's scalar hyper-parameters (rounded to float32 exactly as
-  ``ref/optimizer_math.py`` rounds them);
+  ``ref/optimizers.py`` rounds them);
 * in ``mxrec_ref._fast.FastCore``: the key history (hash map), row placement,
   row storage, batch dedup, gathers and the optimizer loops, each without the
   GIL; and the hot block (spec/hot.md): a small map of the hot keys, their
@@ -54,7 +54,7 @@ class FastStore(InMemoryStore, TierMoves):
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
         core = self._core
-        unique, inverse, occurrences = core.dedup(keys, counts)
+        unique, inverse, occurrences = core.dedup(keys, counts)          # LKP-2, LKP-6
         n_unique = len(unique)
         self._check_send_count(n_unique, pad_to)
         total = n_unique if pad_to is None else max(pad_to, n_unique)
@@ -77,8 +77,9 @@ class FastStore(InMemoryStore, TierMoves):
                             n_unique, id(self))
 
     def _train_lookup(self, unique, occurrences, step, timestamp, total):
-        """Count (saturating, ADM-7), admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4;
-        a reused row starts again from the initializer, EVI-4); returns the lookup's
+        """Count (saturating, ADM-7; padding never counted, ADM-6), admit and place rows
+        (ADM-1..ADM-4, EXP-1..EXP-4; admitted keys keep counting, ADM-3; a reused row starts
+        again from the initializer and the slots' initial values, EVI-4, INIT-5); returns the lookup's
         (rows, admitted, hot index of each unique key or None).  All checks
         happen before the commit."""
         clock, source = self._training_clock(step, timestamp)
@@ -90,6 +91,7 @@ class FastStore(InMemoryStore, TierMoves):
         if len(admit):
             # The shared initializer, in first-occurrence order (INIT-1).
             init = _initial_rows(self.config, unique[admit])
+        # rows: stored values, or the default row for keys without one (LKP-3, ADM-5)
         rows, admitted = core.commit_train(unique, tags, new_counts, admit, n_new, clock, init,
                                            self._capacity_rows, total, self._default_row, hot_index)
         self.clock, self.clock_source = clock, source
@@ -133,9 +135,9 @@ class FastStore(InMemoryStore, TierMoves):
 
     def _update(self, rows, positions, grads, step) -> None:
         """One optimizer step on ``rows``; scalars rounded to float32 exactly
-        as ref/optimizer_math.py rounds them (OPT-7)."""
+        as ref/optimizers.py rounds them (OPT-7)."""
         opt, core, slot = self.optimizer, self._core, self._slot_index
-        if isinstance(opt, SGD):
+        if isinstance(opt, SGD):                                  # OPT-4
             decay = opt.weight_decay is not None
             core.sgd(rows, positions, grads, F32(opt.learning_rate), decay,
                      F32(opt.weight_decay) if decay else F32(0.0))
@@ -151,6 +153,7 @@ class FastStore(InMemoryStore, TierMoves):
             raise TypeError(f"unknown optimizer {opt!r}")
 
     def _ftrl(self, opt: Ftrl, rows, positions, grads) -> None:
+        """OPT-6."""
         core, slot = self._core, self._slot_index
         scalars = (F32(opt.learning_rate), F32(opt.l1_regularization_strength),
                    F32(opt.l2_regularization_strength), F32(opt.l2_shrinkage_regularization_strength))
@@ -170,8 +173,8 @@ class FastStore(InMemoryStore, TierMoves):
         if cutoff is None:
             return np.zeros(0, dtype=np.int64)
         expired = self._core.expired_keys(cutoff)                # last_seen <= cutoff (EVI-1)
-        admitted, pending = self._core.remove_keys(expired)   # ascending key order (EVI-3)
-        self._counters["evicted"] += admitted
+        admitted, pending = self._core.remove_keys(expired)   # ascending key order (EVI-2, EVI-3)
+        self._counters["evicted"] += admitted                   # STAT-4
         self._counters["evicted_pending"] += pending
         return expired
 
@@ -184,7 +187,7 @@ class FastStore(InMemoryStore, TierMoves):
         return self._counter_stats(size=core.size, history=core.history_size, hot_rows=core.hot_size)
 
     def _row_handles(self, keys):
-        return self._core.row_handles(keys)
+        return self._core.row_handles(keys)     # EXP-5
 
     def bytes_per_key(self) -> float:
         """Bytes of the hash map, key entries (key, count, last seen), free
@@ -248,7 +251,7 @@ class FastStore(InMemoryStore, TierMoves):
         )
 
     def _import_state(self, state: TableState) -> None:
-        """Loaded keys take rows 0..n-1 in ascending key order (CKPT-6);
+        """Loaded keys take rows 0..n-1 in ascending key order (CKPT-6), pending keys keep theirs (CKPT-2);
         counters are kept; the hot set is emptied (clear)."""
         core = self._core
         slot_arrays = [state.slots[name] for name in self._slot_index]
