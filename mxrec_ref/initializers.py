@@ -4,7 +4,7 @@
 The generator is SplitMix64's finaliser applied twice to a counter built from
 the seed, the key, the column and the redraw attempt.  The integer mixing is
 the hot part; it exists twice, here in numpy (``mix_bits``) and in the fast
-path (``mxrec_ref._fast.mix_bits``, called through ``mxrec_ref.fast._mix_bits``),
+path (``mxrec_ref._fast.mix_bits``, called through ``mxrec_ref.fast.initializers.mix_bits``),
 and a property test holds them to identical bits.  Everything after the integers -- scaling, the Box-Muller transcendentals
 -- is this module's numpy code, shared by both backends, so new rows are
 bit-identical by construction.

@@ -14,7 +14,7 @@ from mxrec_ref import SGD, Adagrad, ConfigError, Ftrl, LazyAdam, TableConfig, ho
 from mxrec_ref.conformance.checks import call_capturing
 from mxrec_ref.conformance.machines import StoreComparison
 from mxrec_ref.conformance.strategies import gradients, initializers, table_configs
-from mxrec_ref.fast import _hot_candidates
+from mxrec_ref.fast.hot import hot_candidates as _hot_candidates
 
 pytest.importorskip("mxrec_ref._fast")
 from mxrec_ref._fast import FastCore  # noqa: E402
