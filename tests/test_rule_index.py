@@ -33,7 +33,7 @@ TESTS_UNDER_ANOTHER_NAME = {
 # Where each backend writes its rules today: the reference in ref/, the fast path's glue and its
 # kernels, and the modules written once that both call (item 3 splits these by spec family).
 REFERENCE_SITES = ("mxrec_ref/ref/*.py",)
-FAST_SITES = ("mxrec_ref/fast/*.py", "cext/_fast.pyx")
+FAST_SITES = ("mxrec_ref/fast/*.py", "cext/*.pyx", "cext/*.pxi", "cext/*.pxd")
 SHARED_SITES = ("mxrec_ref/contract.py", "mxrec_ref/state.py", "mxrec_ref/hot.py", "mxrec_ref/initializers.py",
                 "mxrec_ref/optimizers.py")
 

@@ -1,13 +1,14 @@
 """The fast path's hot block (spec/hot.md): the twins of mxrec_ref/ref/hot.py.
 
 When and which keys become hot is mxrec_ref/hot.py's policy, shared by both backends; the block,
-its probes and the write-through of every optimizer kernel are cext/_hot.pxi's.
+its probes, ``set_hot`` and the write-through of every optimizer kernel are cext/_hot.pxi's.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .. import hot as policy
+from .._fast import hot_candidates as _core_hot_candidates, set_hot
 
 
 def refresh_hot(core, capacity: int) -> None:
@@ -15,9 +16,9 @@ def refresh_hot(core, capacity: int) -> None:
     (policy.choose_hot_keys), chosen among the core's candidates, and their rows are copied."""
     chosen = np.zeros(0, dtype=np.int64)
     if capacity > 0 and core.size:
-        keys, counts = hot_candidates(*core.hot_candidates(capacity), capacity)
+        keys, counts = hot_candidates(*_core_hot_candidates(core, capacity), capacity)
         chosen = policy.choose_hot_keys(keys, counts, capacity)
-    core.set_hot(chosen)
+    set_hot(core, chosen)
 
 
 def hot_candidates(above: np.ndarray, above_counts: np.ndarray, tied: np.ndarray, threshold: int, n: int):

@@ -76,16 +76,16 @@ class FastStore(InMemoryStore, TierMoves):
         core = self._core
         plan = admission.plan_train(core, unique, occurrences, self.effective_coefficient(),
                                     self.config.admit_threshold)
-        admit = admission.admitted_of(plan)
+        admit = plan.admit
         self._reserve(len(admit))                                                 # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
         init = initializers.initial_rows(self.config, unique[admit]) if len(admit) else None
-        rows, admitted, hot_index = admission.commit_train(core, plan, unique, clock, init, self._capacity_rows,
-                                                           total, self._default_row)
+        rows, admitted = admission.commit_train(core, plan, clock, init, self._capacity_rows, total,
+                                                self._default_row)
         self.clock, self.clock_source = clock, source
         self._counters["admitted"] += len(admit)
         self._counters["train_lookups"] += 1
-        return rows, admitted, hot_index
+        return rows, admitted, plan.hot_index
 
     def _refresh_hot(self) -> None:
         hot.refresh_hot(self._core, self._hot_capacity)
@@ -96,11 +96,11 @@ class FastStore(InMemoryStore, TierMoves):
         positions, rows = optimizers.resolve_rows(core, keys, mask)               # OPT-2
         # The kernels update in place: keep the rows to put back if the update overflows (OPT-3).
         saved = self._backup_buffer(len(rows))
-        core.save_rows(rows, saved)
+        optimizers.save_rows(core, rows, saved)
         optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
         bad = optimizers.first_nonfinite(core, rows)
         if bad >= 0:
-            core.restore_rows(rows, saved)
+            optimizers.restore_rows(core, rows, saved)
             raise self._overflow_error(int(keys[positions[bad]]))
         self._count_applied(len(keys), len(rows))                                 # STAT-5
         return len(rows)

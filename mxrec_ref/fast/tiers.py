@@ -4,32 +4,35 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._fast import copy_rows, entries_of, export_entries, remove_keys, row_handles
+from .._fast import put_rows as _put_rows
+
 
 def rows_of(core, slot_index: dict[str, int], keys: np.ndarray):
     """Copies of what ``keys`` (all holding a row) carry to another tier:
     (values, {slot: values}, counts, last_seen)."""
-    rows = core.row_handles(keys)
-    counts, last_seen = core.entries_of(keys)
-    return (core.copy_rows(rows, -1), {name: core.copy_rows(rows, i) for name, i in slot_index.items()},
+    rows = row_handles(core, keys)
+    counts, last_seen = entries_of(core, keys)
+    return (copy_rows(core, rows, -1), {name: copy_rows(core, rows, i) for name, i in slot_index.items()},
             counts, last_seen)
 
 
 def drop_rows(core, keys: np.ndarray) -> None:
     """Forget ``keys`` (their rows moved to another tier): rows go on the free stack in the given
     order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""
-    core.remove_keys(keys)
+    remove_keys(core, keys)
 
 
 def put_rows(core, slot_index: dict[str, int], keys, values, slots, counts, last_seen, capacity: int) -> None:
     """Take back ``keys`` (not in the history) with the state they carry; rows are handed out as
     for new keys (EXP-4)."""
-    core.put_rows(_int64(keys), _int64(counts), _int64(last_seen), values,
-                  [slots[name] for name in slot_index], capacity)
+    _put_rows(core, _int64(keys), _int64(counts), _int64(last_seen), values,
+              [slots[name] for name in slot_index], capacity)
 
 
 def admitted_entries(core):
     """(keys ascending, counts, last_seen) of every key holding a row."""
-    keys, counts, last_seen, _ = core.export_entries(True)
+    keys, counts, last_seen, _ = export_entries(core, True)
     return keys, counts, last_seen
 
 
