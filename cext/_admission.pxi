@@ -1,6 +1,6 @@
 # Admission (spec/admission.md): a training lookup planned, then committed.
 # Twin of mxrec_ref/ref/admission.py and mxrec_ref/fast/admission.py: plan_train (ADM-1, ADM-2,
-# ADM-3, ADM-6, ADM-7), commit_train (ADM-4, EXP-4, LKP-3).
+# ADM-3, ADM-6, ADM-7), commit_train (ADM-4, EXP-1, EXP-4, INIT-1, INIT-5, EVI-4).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 
@@ -92,11 +92,12 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
 def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock, init_rows, Py_ssize_t capacity,
                  Py_ssize_t total, default_row):
     """Apply ``plan`` (made by plan_train on this core, nothing changed since): count and
-    time-stamp every key (a pending key is in the history without a row, ADM-4), add the new
-    ones to the history, give the admitted keys rows in first-occurrence order (EXP-4) filled
-    with ``init_rows`` and the slots' initial values.  Every allocation happens before the first
-    change.  Returns the lookup's (rows, admitted), see _gather (LKP-3, LKP-4); hot keys' rows are
-    copied from the hot block (HOT-3)."""
+    time-stamp every key (the last-seen EVI-1 reads; a pending key is in the history without a
+    row, ADM-4), add the new ones to the history, give each admitted key a row (EXP-1) in
+    first-occurrence order (EXP-4) filled with ``init_rows`` (INIT-1) and the slots' initial
+    values (INIT-5; nothing of a reused row's last key stays, EVI-4).  Every allocation happens
+    before the first change.  Returns the lookup's (rows, admitted) as gather would (see
+    _lookup.pxi), hot keys' rows copied from the hot block."""
     if plan.core is not core or plan.committed:
         raise ValueError("commit_train: the plan belongs to another core or was committed already")
     cdef const int64_t[::1] unique = plan.unique
@@ -178,7 +179,7 @@ cdef void _commit(FastCore core, const int64_t* unique, const int64_t* tags, con
             entry.last_seen = clock
         if tag >= 0:
             admitted[u] = 1
-            if hot != NULL and hot[u] != EMPTY:   # a hot key: the block's copy (HOT-3)
+            if hot != NULL and hot[u] != EMPTY:   # a hot key: the block's copy
                 memcpy(out + u * dim, core.hot_values + hot[u] * dim, dim * sizeof(float))
             else:
                 memcpy(out + u * dim, _value_row(core, tag), dim * sizeof(float))

@@ -1,6 +1,7 @@
 # Rows (spec/expansion.md): physical growth, placement and the fill of a new row.
-# Twin of mxrec_ref/ref/expansion.py: take_row, ensure_rows (EXP-4); fill_row is place_rows's
-# fill (INIT-1, INIT-5, EVI-4).
+# Twin of mxrec_ref/ref/expansion.py: take_row (EXP-4), ensure_rows, fill_row (INIT-1, INIT-5,
+# EVI-4).  Each admitted key holds one row (EXP-1); capacity and its growth (EXP-2, EXP-3) are
+# written once in mxrec_ref/contract.py.
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 

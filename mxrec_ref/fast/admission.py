@@ -2,8 +2,9 @@
 
 A training lookup is planned (``plan_train``: counts and admissions worked out, nothing changed;
 ADM-1, ADM-2, ADM-3, ADM-6, ADM-7), checked by the store, then committed (``commit_train``:
-counts, last-seen, rows; ADM-4, EXP-4, LKP-3, ADM-5).  The plan is one ``TrainPlan`` object of
-the core; the loops are cext/_admission.pxi's.
+counts and last-seen, rows for the admitted keys; see cext/_admission.pxi).  The plan is one
+``TrainPlan`` object of the core; commit_train also gathers the lookup's rows, by lookup.gather's
+rules.
 """
 from __future__ import annotations
 

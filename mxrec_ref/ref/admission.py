@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..state import PADDING_KEY
+from .expansion import ensure_rows, fill_row, take_row
 from .table import Table
 
 COUNT_MAX = 2**63 - 1  # counts saturate here (ADM-7)
@@ -30,9 +31,19 @@ def plan_train(table: Table, unique: np.ndarray, occurrences: np.ndarray, coeffi
     return new_counts, to_admit
 
 
-def commit_train(table: Table, new_counts: dict[int, int], clock: int) -> None:
-    """Record the planned counts; every key of the lookup was last seen at ``clock`` (ADM-4: a
-    pending key is in the history without a row; EVI-1 reads last_seen)."""
+def commit_train(table: Table, new_counts: dict[int, int], to_admit: list[int], clock: int,
+                 init_rows: np.ndarray | None, slot_initial_values: dict[str, float], capacity: int) -> None:
+    """Apply a plan: record the counts, every key of the lookup last seen at ``clock`` (what EVI-1
+    reads; a pending key is in the history without a row, ADM-4), and give each admitted key a row
+    (EXP-1) in first-occurrence order (EXP-4), filled with its initial values (INIT-1) and the
+    optimizer's initial slot values (INIT-5, EVI-4)."""
     for key, count in new_counts.items():
         table.count[key] = count
         table.last_seen[key] = clock
+    rows = []
+    for key in to_admit:
+        row = table.row_of[key] = take_row(table)
+        rows.append(row)
+    ensure_rows(table, table.next_row, capacity)
+    for j, row in enumerate(rows):
+        fill_row(table, row, init_rows[j], slot_initial_values)

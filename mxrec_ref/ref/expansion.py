@@ -1,14 +1,12 @@
-"""The reference's row rules (spec/expansion.md): placement and physical growth.
+"""The reference's row rules (spec/expansion.md): placement, physical growth and a new row's fill.
 
-Capacity and its growth (EXP-2, EXP-3) are written once in mxrec_ref/contract.py; the fast
-twins of these carry the same names in mxrec_ref/fast/expansion.py and cext/_expansion.pxi.
+Each admitted key holds one row (EXP-1); capacity and its growth (EXP-2, EXP-3) are written once
+in mxrec_ref/contract.py.  The fast twins carry the same names in cext/_expansion.pxi.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..config import TableConfig
-from ..initializers import initial_rows
 from .table import Table
 
 
@@ -31,22 +29,13 @@ def ensure_rows(table: Table, n_rows: int, capacity: int) -> None:
     table.slots = {name: _grown(array, new) for name, array in table.slots.items()}
 
 
-def place_rows(table: Table, keys: list[int], config: TableConfig, slot_initial_values: dict[str, float],
-               capacity: int) -> None:
-    """Give each new key a row (EXP-1): freed rows first (last freed first), then
-    never-used rows in ascending order (EXP-4); fill it from the initializer and the
-    optimizer's initial slot values (INIT-1, INIT-5, EVI-4)."""
-    if not keys:
-        return
-    rows = []
-    for key in keys:
-        row = table.row_of[key] = take_row(table)
-        rows.append(row)
-    ensure_rows(table, table.next_row, capacity)
-    rows = np.array(rows, dtype=np.int64)
-    table.values[rows] = initial_rows(config, np.array(keys, dtype=np.int64))
+def fill_row(table: Table, row: int, values: np.ndarray, slot_initial_values: dict[str, float]) -> None:
+    """A new row's values and the optimizer slots' initial values (INIT-1, INIT-5); a reused row
+    keeps nothing of its last key (EVI-4).  A slot without an initial value keeps what the row held
+    (only possible for a custom optimizer)."""
+    table.values[row] = values
     for name, value in slot_initial_values.items():
-        table.slots[name][rows] = np.float32(value)
+        table.slots[name][row] = np.float32(value)
 
 
 def _grown(array: np.ndarray, rows: int) -> np.ndarray:

@@ -28,24 +28,24 @@ def dedup(keys: np.ndarray, counts: np.ndarray | None):
     return unique, inverse, np.array(occurrences, dtype=np.int64)
 
 
-def admitted_mask(table: Table, unique: np.ndarray) -> np.ndarray:
-    """Which unique keys hold a row now (LKP-3)."""
-    return np.array([k in table.row_of for k in unique.tolist()], dtype=bool)
-
-
-def gather(table: Table, unique: np.ndarray, admitted: np.ndarray, default_row: np.ndarray):
-    """(rows, is_hot): each unique key's stored row, the hot block consulted first (HOT-3),
-    the default row for a key without one (LKP-3, ADM-5)."""
+def gather(table: Table, unique: np.ndarray, default_row: np.ndarray):
+    """(rows, admitted, is_hot) of a lookup's unique keys; changes nothing (LKP-5): a key holding a
+    row gets its stored values (LKP-3), from the hot block when it is hot (HOT-3); the others get
+    the default row (ADM-5)."""
     rows = np.empty((len(unique), table.dim), dtype=np.float32)
     rows[:] = default_row
+    admitted = np.zeros(len(unique), dtype=bool)
     is_hot = np.zeros(len(unique), dtype=bool)
     for i, key in enumerate(unique.tolist()):
         if key in table.hot:
             rows[i] = table.hot_block[table.hot[key]]
             is_hot[i] = True
-        elif admitted[i]:
-            rows[i] = table.values[table.row_of[key]]
-    return rows, is_hot
+        row = table.row_of.get(key)
+        if row is not None:
+            admitted[i] = True
+            if not is_hot[i]:
+                rows[i] = table.values[row]
+    return rows, admitted, is_hot
 
 
 def position_stats(keys: np.ndarray, inverse: np.ndarray, admitted: np.ndarray, is_hot: np.ndarray):

@@ -14,10 +14,11 @@ import numpy as np
 
 from ..config import TableConfig
 from ..contract import InMemoryStore, TierMoves
+from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
 from ..tiers.placement import RefDevicePlacement
-from . import admission, checkpoint, eviction, expansion, hot, lookup, optimizers, tiers
+from . import admission, checkpoint, eviction, hot, lookup, optimizers, tiers
 from .table import Table
 
 
@@ -42,8 +43,7 @@ class RefStore(InMemoryStore, TierMoves):
         self._check_send_count(len(unique), pad_to)                               # LKP-4
         if train:
             self._train_lookup(unique, occurrences, step, timestamp)
-        admitted = lookup.admitted_mask(table, unique)                            # LKP-3
-        rows, is_hot = lookup.gather(table, unique, admitted, default_row)        # HOT-3
+        rows, admitted, is_hot = lookup.gather(table, unique, default_row)        # LKP-3, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(keys, inverse, admitted, is_hot)
         self._count_positions(train, keys.size, padding, with_row)                # STAT-3
         self._counters["hot_hit_positions"] += hot_hits                           # HOT-4
@@ -60,10 +60,11 @@ class RefStore(InMemoryStore, TierMoves):
         new_counts, to_admit = admission.plan_train(self._table, unique, occurrences,
                                                     self.effective_coefficient(), self._admit_threshold())
         self._reserve(len(to_admit))                                              # EXP-2, EXP-3
+        # The shared initializer, in first-occurrence order (INIT-1).
+        init = initial_rows(self.config, np.array(to_admit, dtype=np.int64)) if to_admit else None
         self.clock, self.clock_source = clock, source
-        admission.commit_train(self._table, new_counts, clock)
-        expansion.place_rows(self._table, to_admit, self.config, self.optimizer.slot_initial_values(),
-                             self._capacity_rows)
+        admission.commit_train(self._table, new_counts, to_admit, clock, init, self.optimizer.slot_initial_values(),
+                               self._capacity_rows)
         self._counters["admitted"] += len(to_admit)
         self._counters["train_lookups"] += 1
 

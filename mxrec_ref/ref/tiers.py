@@ -22,7 +22,7 @@ def rows_of(table: Table, keys: np.ndarray):
 
 def drop_rows(table: Table, keys: np.ndarray) -> None:
     """Forget ``keys`` (all holding a row; their rows moved to another tier): rows go on the
-    free stack in the given order, as eviction frees them (EXP-4); hot ones leave the hot set."""
+    free stack in the given order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""
     remove_keys(table, keys)
 
 
