@@ -3,8 +3,7 @@
 * every rule ``P-n`` of ``spec/*.md`` is defined once and named by a test (its docstring, a comment,
   or its name: ``test_adm_8_...`` names ADM-8);
 * no code, test or spec file cites a rule id the spec does not define;
-* every spec file ``spec/F.md`` has its tests in ``test_F.py`` (``tests/`` or ``mxrec_ref/conformance/``),
-  except the families listed in ``TESTS_UNDER_ANOTHER_NAME`` until their files are renamed;
+* every spec file ``spec/F.md`` has its tests in ``test_F.py`` (``tests/`` or ``mxrec_ref/conformance/``);
 * every store rule the reference cites (``mxrec_ref/ref/``) is cited by the fast path too, in its glue
   or kernels, or in the shared module both backends call;
 * for each twin family F (``TWIN_FAMILIES``), the reference's ``ref/F.py`` and the fast path's
@@ -23,16 +22,9 @@ DEFINITION = re.compile(r"\*\*([A-Z]+-\d+)\*\*")
 CITATION = re.compile(r"\b([A-Z]+)-(\d+)\b")
 TEST_NAME = re.compile(r"def test_([a-z]+)_(\d+)_")
 
-# Spec families whose tests still live under an older file name (issue 15, item 7 renames them;
-# the TF layer's files are being rebuilt by item 5).  An entry must go once test_<stem>.py exists.
-TESTS_UNDER_ANOTHER_NAME = {
-    "backends": "mxrec_ref/conformance/test_differential.py",
-    "contract": "mxrec_ref/conformance/test_lookup.py",
-    "graph": "tests/test_graph_modifier.py",
-    "observability": "tests/test_logging.py",
-    "tf": "tests/test_tf_layer.py",
-    "warmstart": "tests/test_warm_start.py",
-}
+# Spec families whose tests live under another file name (none since issue 15, item 7 renamed them);
+# an entry must go once test_<stem>.py exists.
+TESTS_UNDER_ANOTHER_NAME: dict[str, str] = {}
 # Where each backend writes its rules: the reference in ref/, the fast path's glue and its
 # kernels, and the modules written once that both call.
 REFERENCE_SITES = ("mxrec_ref/ref/*.py",)

@@ -2,7 +2,7 @@
 
 ``FastStore`` must agree bit for bit with ``mxrec_ref.ref.RefStore`` after
 every call (the comparison machines of mxrec_ref/conformance/machines.py, run
-by mxrec_ref/conformance/test_differential.py).  It is written as the
+by mxrec_ref/conformance/test_backends.py).  It is written as the
 reference's store is: one call per rule, in spec order, to the module of the
 rule's family -- ``fast/lookup.py``, ``admission``, ``eviction``, ``optimizers``,
 ``hot``, ``tiers``, ``checkpoint``, ``initializers`` -- named as the

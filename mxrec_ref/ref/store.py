@@ -6,7 +6,7 @@ rules live in one module per spec family -- ``lookup``, ``admission``, ``expansi
 ``table.py``; this class calls them in spec order.  The rules both backends share are called
 from mxrec_ref/contract.py.  The fast path (mxrec_ref/fast/, same module and function names)
 must agree with this store after every call (the comparison machines of
-mxrec_ref/conformance/machines.py, run by mxrec_ref/conformance/test_differential.py).
+mxrec_ref/conformance/machines.py, run by mxrec_ref/conformance/test_backends.py).
 """
 from __future__ import annotations
 
