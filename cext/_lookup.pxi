@@ -66,14 +66,14 @@ cdef tuple _lookup_eval(FastCore core, const int64_t[::1] unique, Py_ssize_t tot
             stop = min(start + CHUNK, n)
             if hot_in != NULL or hot_out != NULL:
                 _find_many_hot(core, &unique[start], stop - start, hot_in + start if hot_in != NULL else NULL,
-                                    &t_view[start], hot_out + start if hot_out != NULL else NULL)
+                               &t_view[start], hot_out + start if hot_out != NULL else NULL)
                 hot = hot_in + start if hot_in != NULL else hot_out + start
                 _gather_hot(core, &t_view[start], hot, stop - start, &fill_view[0],
-                                 &out_view[start, 0], &a_view[start])
+                            &out_view[start, 0], &a_view[start])
             else:
                 _find_many(core, &unique[start], stop - start, &t_view[start])
                 _gather(core, &t_view[start], stop - start, stop - start, &fill_view[0],
-                             &out_view[start, 0], &a_view[start])
+                        &out_view[start, 0], &a_view[start])
             start = stop
         if total > n:  # padding past the unique keys
             _gather(core, NULL, 0, total - n, &fill_view[0], &out_view[n, 0], &a_view[n])

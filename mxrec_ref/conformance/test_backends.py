@@ -180,8 +180,10 @@ class KernelTwins:
         got = kernels.initial_rows(config, np.array(keys, dtype=np.int64))
         base = initializers.counter_base(seed, 0, 0)
         maxval = minval + width
-        expected = np.array([[np.float32((minval + (maxval - minval) * ((_bits(base, key, c) >> 11) * 2.0**-53)) * scale)
-                              for c in range(dim)] for key in keys], dtype=np.float32).reshape(len(keys), dim)
+        # INIT-3 in Python floats (IEEE doubles, as numpy's float64), rounded once to float32
+        uniform = [[(_bits(base, key, c) >> 11) * 2.0**-53 for c in range(dim)] for key in keys]
+        expected = np.array([[np.float32((minval + (maxval - minval) * u) * scale) for u in row] for row in uniform],
+                            dtype=np.float32).reshape(len(keys), dim)
         assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), expected.view(np.uint32))
 
     @settings(TWINS, max_examples=30)
