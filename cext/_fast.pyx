@@ -109,17 +109,15 @@ function that is not correctly rounded, ``pow`` (FTRL with
 learning_rate_power != -0.5), is left to numpy by the caller: numpy's SIMD
 power and libm's ``powf`` disagree in the last bit.
 """
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
-from libc.math cimport fabsf, isfinite, sqrtf
-
+# The C types, libc functions and helpers come with the layout, mxrec_ref._fast.pxd.
 import numpy as np
+
 
 cdef int64_t PADDING_KEY = -1
 # Rows and pending indexes are tagged into int32 slots; this is the most
 # either may reach.  2**31 keys would need > 200 GB anyway.
 cdef int64_t INDEX_LIMIT = 2**31 - 3
+
 
 cdef int _reserve(Buffer* buffer, size_t bytes) except -1:
     """Grow ``buffer`` to at least ``bytes`` (contents kept, new bytes zero)."""
@@ -138,6 +136,7 @@ cdef void _release(Buffer* buffer) noexcept:
     fast_buffer_free(buffer.data, buffer.bytes)
     buffer.data = NULL
     buffer.bytes = 0
+
 
 cdef class FastCore:
     """Key history, row placement and row storage of one table (see module doc);
@@ -239,6 +238,8 @@ cdef void _release_all(FastCore core) noexcept:
     core.row_entries = NULL
     core.row_live = NULL
 
+
+# The kernels, one file per spec family (see "Files" above).
 include "_map.pxi"
 include "_expansion.pxi"
 include "_lookup.pxi"

@@ -1,5 +1,10 @@
-"""The fast core's layout (see cext/_fast.pyx): the structs, ``FastCore``'s fields, and the
-``cdef inline`` accessors every family file (cext/_*.pxi) reads them through."""
+"""The fast core's layout (see cext/_fast.pyx): the C helpers and hashing constants, the structs,
+``FastCore``'s fields, and the ``cdef inline`` accessors every family file (cext/_*.pxi) reads
+them through.
+
+Named ``mxrec_ref._fast.pxd`` (a dotted name) because Cython looks for the declarations of the
+module mxrec_ref._fast under that name beside the .pyx; setup.py regenerates the C when it changes.
+"""
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -45,6 +50,7 @@ cdef struct Buffer:
     void* data
     size_t bytes         # page-rounded size held
 
+
 cdef inline Py_ssize_t _table_size(Py_ssize_t n) noexcept nogil:
     """Smallest power of two >= 2 * n (load factor <= 0.5), at least MIN_SLOTS."""
     cdef Py_ssize_t size = MIN_SLOTS
@@ -76,6 +82,7 @@ cdef inline size_t _touched(Py_ssize_t items, size_t item_bytes, size_t held) no
     if items <= 0:
         return 0
     return min(fast_buffer_bytes(items * item_bytes), held)
+
 
 cdef class FastCore:
     """Key history, row placement and row storage of one table (see module doc)."""
