@@ -18,7 +18,8 @@ bench: ext
 	$(PY) -m pytest bench -q -p no:randomly --benchmark-only --benchmark-columns=min,median,rounds --benchmark-json=.benchmarks/latest.json $(PYTEST_ARGS)
 	$(PY) bench/ratios.py .benchmarks/latest.json
 
-# The Cython fast path, rebuilt in place whenever a .pyx changes (cythonize is incremental).
+# The Cython fast path, rebuilt in place whenever a .pyx, .pxi or .pxd changes (cythonize is incremental
+# and follows the includes).
 ext: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 

@@ -24,9 +24,22 @@ extensions = [
     for pyx in sorted((HERE / "cext").glob("*.pyx"))
 ]
 
+
+def _layout_is_newer() -> bool:
+    """Cython's change scan looks for a module's declarations beside its .pyx under the .pyx's
+    name (cext/_fast.pxd), but the compiler reads the layout of the module mxrec_ref._fast from
+    cext/mxrec_ref._fast.pxd: regenerate the C when that file changed since."""
+    for pxd in (HERE / "cext").glob("mxrec_ref.*.pxd"):
+        generated = HERE / "cext" / (pxd.name.split(".")[1] + ".c")
+        if not generated.exists() or pxd.stat().st_mtime > generated.stat().st_mtime:
+            return True
+    return False
+
+
 setup(
     ext_modules=cythonize(
         extensions,
+        force=_layout_is_newer(),
         language_level=3,
         compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True},
     )

@@ -15,11 +15,22 @@
 #include <sys/mman.h>
 #endif
 
+/* ------------------------------------------------------ hashing constants
+ * The C side's only copy of the hashing constants: SplitMix64's finaliser
+ * (fast_mix64, which also hashes keys into every map of the core) and the
+ * initializer's counter strides (INIT-2).  mxrec_ref/initializers.py holds
+ * the Python copy (HASH_CONSTANTS); the extension exports these as
+ * mxrec_ref._fast.HASH_CONSTANTS and a test holds the two equal. */
+#define FAST_MIX1 UINT64_C(0xBF58476D1CE4E5B9)
+#define FAST_MIX2 UINT64_C(0x94D049BB133111EB)
+#define FAST_KEY_STRIDE UINT64_C(0xD6E8FEB86659FD93) /* counter += key * this */
+#define FAST_GOLDEN UINT64_C(0x9E3779B97F4A7C15)     /* counter += column * this (2^64 / phi) */
+
 /* SplitMix64's finaliser: a bijective 64-bit mixer, so sequential or
  * strided keys spread over all slots of a power-of-two table. */
 static inline uint64_t fast_mix64(uint64_t x) {
-    x = (x ^ (x >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94D049BB133111EB);
+    x = (x ^ (x >> 30)) * FAST_MIX1;
+    x = (x ^ (x >> 27)) * FAST_MIX2;
     return x ^ (x >> 31);
 }
 

@@ -4,7 +4,7 @@
 The generator is SplitMix64's finaliser applied twice to a counter built from
 the seed, the key, the column and the redraw attempt.  The integer mixing is
 the hot part; it exists twice, here in numpy (``mix_bits``) and in the fast
-path (``mxrec_ref._fast.mix_bits``, called through ``mxrec_ref.fast._mix_bits``),
+path (``mxrec_ref._fast.mix_bits``, called through ``mxrec_ref.fast.initializers.mix_bits``),
 and a property test holds them to identical bits.  Everything after the integers -- scaling, the Box-Muller transcendentals
 -- is this module's numpy code, shared by both backends, so new rows are
 bit-identical by construction.
@@ -17,11 +17,19 @@ import numpy as np
 
 from .config import TableConfig
 
-_GOLDEN = 0x9E3779B97F4A7C15
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_KEY_STRIDE = np.uint64(0xD6E8FEB86659FD93)
-_ATTEMPT_STRIDE = 0xA0761D6478BD642F
+# The hashing constants (INIT-2), the Python side's only copy: cext/_fast_helpers.h holds the C
+# side's, exported as mxrec_ref._fast.HASH_CONSTANTS, and a test holds the two equal.
+HASH_CONSTANTS = {
+    "mix1": 0xBF58476D1CE4E5B9,        # SplitMix64's finaliser
+    "mix2": 0x94D049BB133111EB,
+    "key_stride": 0xD6E8FEB86659FD93,  # counter += key * this
+    "golden": 0x9E3779B97F4A7C15,      # counter += column * this (2^64 / phi); also seed * this
+}
+_ATTEMPT_STRIDE = 0xA0761D6478BD642F   # counter_base only, which runs in Python for both backends
+_GOLDEN = HASH_CONSTANTS["golden"]
+_MIX1 = np.uint64(HASH_CONSTANTS["mix1"])
+_MIX2 = np.uint64(HASH_CONSTANTS["mix2"])
+_KEY_STRIDE = np.uint64(HASH_CONSTANTS["key_stride"])
 _TRUNCATION = 2.0  # stddevs, as tf.keras.initializers.TruncatedNormal
 _MAX_ATTEMPTS = 64  # P(64 straight rejections) ~ 0.0455**64: never in practice
 _2_53 = 1.0 / 2**53

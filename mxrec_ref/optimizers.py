@@ -2,7 +2,7 @@
 
 Only hyper-parameters, slot layout and per-step scalars live here; the update
 arithmetic is implemented twice, once in the reference model
-(``mxrec_ref.ref.optimizer_math``) and once in the fast path (``cext``), and
+(``mxrec_ref.ref.optimizers``) and once in the fast path (``cext``), and
 the differential tests hold them to bit-identical float32 results.
 """
 from __future__ import annotations

@@ -14,9 +14,10 @@ from mxrec_ref import SGD, Adagrad, ConfigError, Ftrl, LazyAdam, TableConfig, ho
 from mxrec_ref.conformance.checks import call_capturing
 from mxrec_ref.conformance.machines import StoreComparison
 from mxrec_ref.conformance.strategies import gradients, initializers, table_configs
-from mxrec_ref.fast import _hot_candidates
+from mxrec_ref.fast.hot import hot_candidates as _hot_candidates
 
 pytest.importorskip("mxrec_ref._fast")
+from mxrec_ref import _fast  # noqa: E402
 from mxrec_ref._fast import FastCore  # noqa: E402
 
 HOT_STATS = ("hot_rows", "hot_refreshes", "hot_hit_positions")
@@ -53,14 +54,14 @@ def _check_block(store):
     """The core's hot block: live keys hold a row, the right one, and the block
     holds bit-for-bit the row's current values."""
     core = store._core
-    keys, values, rows = core.hot_block()
+    keys, values, rows = _fast._py_hot_block(core)
     assert core.hot_size == len(keys) == store.stats()["hot_rows"] <= store._hot_capacity
     assert len(set(keys.tolist())) == len(keys)
     if len(keys):
         assert store.row_handles(keys).tolist() == rows.tolist()
-        assert np.array_equal(core.copy_rows(rows, -1).view(np.uint32), values.view(np.uint32))
-        assert core.hot_index_of(keys).tolist() == [core.hot_index_of(keys[i:i + 1])[0] for i in range(len(keys))]
-        assert (core.hot_index_of(keys) >= 0).all()
+        assert np.array_equal(_fast.copy_rows(core, rows, -1).view(np.uint32), values.view(np.uint32))
+        assert _fast._py_hot_index_of(core, keys).tolist() == [_fast._py_hot_index_of(core, keys[i:i + 1])[0] for i in range(len(keys))]
+        assert (_fast._py_hot_index_of(core, keys) >= 0).all()
 
 
 class HotOnVersusOff(StoreComparison):
@@ -156,7 +157,7 @@ def test_hot_2_refresh_every_n_training_lookups_and_exact_hits(which):
     store.lookup(np.array([3, 2], dtype=np.int64), step=12)     # 12th: refresh, counted with the old set
     assert store.stats()["hot_hit_positions"] == before + 4 and store.stats()["hot_refreshes"] == 4
     if which == "fast":
-        assert store._core.hot_keys().tolist() == [3, 1]      # counts: 3: 9+40+2, 1: 27, 2: 18+2
+        assert _fast._py_hot_keys(store._core).tolist() == [3, 1]      # counts: 3: 9+40+2, 1: 27, 2: 18+2
 
 
 def test_hot_4_fast_and_ref_report_the_same_numbers_on_hand_made_sequences():
@@ -184,17 +185,17 @@ def test_hot_3_lookups_read_the_block():
     store = _store(hot_rows=3, step=1)
     store.lookup(np.array([5, 5, 5, 6, 6, 7], dtype=np.int64), step=0)
     core = store._core
-    assert core.hot_keys().tolist() == [5, 6, 7]
+    assert _fast._py_hot_keys(core).tolist() == [5, 6, 7]
     unique = np.array([5, 6, 7, 8], dtype=np.int64)
-    hot_index = core.hot_index_of(unique)
+    hot_index = _fast._py_hot_index_of(core, unique)
     assert hot_index.tolist() == [0, 1, 2, -1]
-    rows, admitted = core.lookup_eval(unique, 4, store._default_row, hot_index)
-    swapped, _ = core.lookup_eval(unique, 4, store._default_row, np.array([2, 0, 1, -1], dtype=np.int32))
+    rows, admitted = _fast._py_lookup_eval(core, unique, 4, store._default_row, hot_index)
+    swapped, _ = _fast._py_lookup_eval(core, unique, 4, store._default_row, np.array([2, 0, 1, -1], dtype=np.int32))
     assert np.array_equal(swapped[:3], rows[[2, 0, 1]]) and admitted.tolist() == [True, True, True, False]
-    rows2, admitted2, index2 = core.lookup_eval_hot(unique, 5, store._default_row)
+    rows2, admitted2, index2 = _fast.gather(core, unique, 5, store._default_row)
     assert np.array_equal(rows2[:4], rows) and index2.tolist() == hot_index.tolist() and not admitted2[4]
     with pytest.raises(ValueError, match="stale"):
-        core.lookup_eval(unique, 4, store._default_row, np.array([3, 0, 1, -1], dtype=np.int32))
+        _fast._py_lookup_eval(core, unique, 4, store._default_row, np.array([3, 0, 1, -1], dtype=np.int32))
 
 
 @pytest.mark.parametrize("optimizer", [SGD(0.1, weight_decay=1e-3), Adagrad(0.3), LazyAdam(0.05),
@@ -203,7 +204,7 @@ def test_hot_3_lookups_read_the_block():
 def test_hot_3_every_kernel_writes_through(optimizer):
     store = _store(hot_rows=3, step=1, optimizer=optimizer)
     result = store.lookup(np.array([1, 1, 1, 2, 2, 3, 4, 5, -1], dtype=np.int64), step=0)
-    assert store._core.hot_keys().tolist() == [1, 2, 3]
+    assert _fast._py_hot_keys(store._core).tolist() == [1, 2, 3]
     for i in range(3):
         store.apply_gradients(result, gradients(len(result.unique_keys), 4, i), step=i)
         store.apply_gradients(np.array([2, 5, 2], dtype=np.int64), gradients(3, 4, 10 + i), step=i)
@@ -217,7 +218,7 @@ def _core_with(keys, dim=2):
     core = FastCore(dim, [])
     keys = np.asarray(keys, dtype=np.int64)
     values = np.arange(len(keys) * dim, dtype=np.float32).reshape(len(keys), dim)
-    core.put_rows(keys, np.ones(len(keys), np.int64), np.zeros(len(keys), np.int64), values, [], len(keys))
+    _fast.put_rows(core, keys, np.ones(len(keys), np.int64), np.zeros(len(keys), np.int64), values, [], len(keys))
     return core, values
 
 
@@ -232,30 +233,30 @@ def _mix64(x: int) -> int:
 def test_set_hot_rules_and_every_way_out():
     core, values = _core_with(range(100, 120))
     with pytest.raises(KeyError, match="holds no row"):
-        core.set_hot(np.array([100, 999], dtype=np.int64))
+        _fast.set_hot(core, np.array([100, 999], dtype=np.int64))
     with pytest.raises(ValueError, match="repeated"):
-        core.set_hot(np.array([100, 101, 100], dtype=np.int64))
-    assert core.hot_size == 0 and core.hot_index_of(np.array([100], dtype=np.int64)) is None
-    core.set_hot(np.array([105, 100, 119], dtype=np.int64))
-    assert core.hot_size == 3 and core.hot_keys().tolist() == [105, 100, 119]
-    assert np.array_equal(core.hot_block()[1], values[[5, 0, 19]])
-    assert core.hot_index_of(np.array([119, 1, 105, 100, -1], dtype=np.int64)).tolist() == [2, -1, 0, 1, -1]
-    core.remove_keys(np.array([100, 110], dtype=np.int64))           # eviction / a move to another tier
-    assert core.hot_size == 2 and core.hot_keys().tolist() == [105, 119]
-    assert core.hot_index_of(np.array([100], dtype=np.int64)).tolist() == [-1]
-    core.put_rows(np.array([100], dtype=np.int64), np.ones(1, np.int64), np.zeros(1, np.int64),
+        _fast.set_hot(core, np.array([100, 101, 100], dtype=np.int64))
+    assert core.hot_size == 0 and _fast._py_hot_index_of(core, np.array([100], dtype=np.int64)) is None
+    _fast.set_hot(core, np.array([105, 100, 119], dtype=np.int64))
+    assert core.hot_size == 3 and _fast._py_hot_keys(core).tolist() == [105, 100, 119]
+    assert np.array_equal(_fast._py_hot_block(core)[1], values[[5, 0, 19]])
+    assert _fast._py_hot_index_of(core, np.array([119, 1, 105, 100, -1], dtype=np.int64)).tolist() == [2, -1, 0, 1, -1]
+    _fast.remove_keys(core, np.array([100, 110], dtype=np.int64))           # eviction / a move to another tier
+    assert core.hot_size == 2 and _fast._py_hot_keys(core).tolist() == [105, 119]
+    assert _fast._py_hot_index_of(core, np.array([100], dtype=np.int64)).tolist() == [-1]
+    _fast.put_rows(core, np.array([100], dtype=np.int64), np.ones(1, np.int64), np.zeros(1, np.int64),
                   np.zeros((1, 2), np.float32), [], 20)
-    assert core.hot_keys().tolist() == [105, 119]                     # no key joins between refreshes
+    assert _fast._py_hot_keys(core).tolist() == [105, 119]                     # no key joins between refreshes
     assert core.memory_bytes()["hot_block"] > 0
-    core.load_rows(20, values, [])                                    # an import empties the set
+    _fast.load_rows(core, 20, values, [])                                    # an import empties the set
     assert core.hot_size == 0 and core.memory_bytes()["hot_block"] == 0
     core.clear()
     assert core.hot_size == 0
     core, _ = _core_with(range(10))
-    core.set_hot(np.arange(10, dtype=np.int64))
+    _fast.set_hot(core, np.arange(10, dtype=np.int64))
     core.clear()
-    assert core.hot_size == 0 and core.hot_keys().tolist() == []
-    core.set_hot(np.zeros(0, dtype=np.int64))
+    assert core.hot_size == 0 and _fast._py_hot_keys(core).tolist() == []
+    _fast.set_hot(core, np.zeros(0, dtype=np.int64))
     assert core.hot_size == 0
 
 
@@ -265,14 +266,14 @@ def test_set_hot_rebuilds_when_both_buckets_are_full():
     keys = [k for k in range(200000) if (_mix64(k) & 7) < 2 and ((_mix64(k) >> 32) & 7) < 2][:9]
     assert len(keys) == 9
     core, values = _core_with(keys)
-    core.set_hot(np.array(keys, dtype=np.int64))
+    _fast.set_hot(core, np.array(keys, dtype=np.int64))
     assert core.hot_size == 9
-    assert core.hot_index_of(np.array(keys + [-5, 7], dtype=np.int64)).tolist() == list(range(9)) + [-1, -1]
-    assert np.array_equal(core.hot_block()[1], values)
+    assert _fast._py_hot_index_of(core, np.array(keys + [-5, 7], dtype=np.int64)).tolist() == list(range(9)) + [-1, -1]
+    assert np.array_equal(_fast._py_hot_block(core)[1], values)
     for k in keys[::2]:
-        core.remove_keys(np.array([k], dtype=np.int64))
-    assert core.hot_keys().tolist() == keys[1::2]
-    assert core.hot_index_of(np.array(keys, dtype=np.int64)).tolist() == [-1 if i % 2 == 0 else i for i in range(9)]
+        _fast.remove_keys(core, np.array([k], dtype=np.int64))
+    assert _fast._py_hot_keys(core).tolist() == keys[1::2]
+    assert _fast._py_hot_index_of(core, np.array(keys, dtype=np.int64)).tolist() == [-1 if i % 2 == 0 else i for i in range(9)]
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
@@ -282,9 +283,9 @@ def test_refresh_candidates_choose_what_choose_hot_keys_chooses(counts, n):
     keys = np.arange(len(counts), dtype=np.int64)[::-1] * 7 - 50
     counts = np.array(counts, dtype=np.int64)
     core = FastCore(1, [])
-    core.put_rows(keys, counts, np.zeros(len(keys), np.int64), np.zeros((len(keys), 1), np.float32), [], len(keys))
+    _fast.put_rows(core, keys, counts, np.zeros(len(keys), np.int64), np.zeros((len(keys), 1), np.float32), [], len(keys))
     direct = hot.choose_hot_keys(keys, counts, n)
-    assert hot.choose_hot_keys(*_hot_candidates(*core.hot_candidates(n), n), n).tolist() == direct.tolist()
+    assert hot.choose_hot_keys(*_hot_candidates(*_fast.hot_candidates(core, n), n), n).tolist() == direct.tolist()
 
 
 def test_hot_1_configuration_errors_match_the_reference():

@@ -67,9 +67,11 @@ def built(tmp_path_factory):
 def test_sdist_carries_the_extension_sources_license_and_typing_marker(built):
     names = tarfile.open(built["sdist"]).getnames()
     top = f"mxrec_ref-{mxrec_ref.__version__}"
-    for path in ("cext/_fast.pyx", "cext/_fast_helpers.h", "LICENSE", "pyproject.toml", "setup.py",
-                 "mxrec_ref/py.typed", "mxrec_ref/compat/mx_rec/__init__.py"):
+    for path in ("cext/_fast.pyx", "cext/mxrec_ref._fast.pxd", "cext/_lookup.pxi", "cext/_fast_helpers.h", "LICENSE",
+                 "pyproject.toml", "setup.py", "mxrec_ref/py.typed", "mxrec_ref/compat/mx_rec/__init__.py"):
         assert f"{top}/{path}" in names, path
+    for source in sorted((Path(__file__).resolve().parent.parent / "cext").glob("*.p*")):   # every family file
+        assert f"{top}/cext/{source.name}" in names, source.name
 
 
 def test_wheel_built_from_the_sdist_has_the_fast_path_and_metadata(built):

@@ -3,10 +3,12 @@
 * every rule ``P-n`` of ``spec/*.md`` is defined once and named by a test (its docstring, a comment,
   or its name: ``test_adm_8_...`` names ADM-8);
 * no code, test or spec file cites a rule id the spec does not define;
-* every spec file ``spec/F.md`` has its tests in ``test_F.py`` (``tests/`` or ``mxrec_ref/conformance/``),
-  except the families listed in ``TESTS_UNDER_ANOTHER_NAME`` until their files are renamed;
+* every spec file ``spec/F.md`` has its tests in ``test_F.py`` (``tests/`` or ``mxrec_ref/conformance/``);
 * every store rule the reference cites (``mxrec_ref/ref/``) is cited by the fast path too, in its glue
-  or kernels, or in the shared module both backends call (``TWIN_SITES``).
+  or kernels, or in the shared module both backends call;
+* for each twin family F (``TWIN_FAMILIES``), the reference's ``ref/F.py`` and the fast path's
+  ``fast/F.py`` + ``cext/_F.pxi`` cite the same rules of the twin families, and every function of
+  ``ref/F.py`` has its namesake in the fast path's F files.
 
 Successor of tests/test_spec_coverage.py.
 """
@@ -18,20 +20,18 @@ from mxrec_ref import rule_index    # the one reader of the spec and its citatio
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Spec families whose tests still live under an older file name (issue 15, item 7 renames them;
-# the TF layer's files are being rebuilt by item 5).  An entry must go once test_<stem>.py exists.
-TESTS_UNDER_ANOTHER_NAME = {
-    "backends": "mxrec_ref/conformance/test_differential.py",
-    "contract": "mxrec_ref/conformance/test_lookup.py",
-    "graph": "tests/test_graph_modifier.py",
-    "observability": "tests/test_logging.py",
-    "tf": "tests/test_tf_layer.py",
-    "warmstart": "tests/test_warm_start.py",
-}
-# Where each backend writes its rules today: the reference in ref/, the fast path's glue and its
-# kernels, and the modules written once that both call (item 3 splits these by spec family).
+# Spec families whose tests live under another file name (none since issue 15, item 7 renamed them);
+# an entry must go once test_<stem>.py exists.
+TESTS_UNDER_ANOTHER_NAME: dict[str, str] = {}
+# Where each backend writes its rules: the reference in ref/, the fast path's glue and its
+# kernels, and the modules written once that both call.
 REFERENCE_SITES = ("mxrec_ref/ref/*.py",)
-FAST_SITES = ("mxrec_ref/fast.py", "cext/_fast.pyx")
+FAST_SITES = ("mxrec_ref/fast/*.py", "cext/*.pyx", "cext/*.pxi", "cext/*.pxd")
+# The families both backends implement, each under one name F in four places: spec/F.md, ref/F.py
+# (for initializers the shared mxrec_ref/initializers.py: the reference has no code of its own),
+# fast/F.py and cext/_F.pxi (either may be missing where the other holds all of F).
+TWIN_FAMILIES = ("lookup", "expansion", "admission", "eviction", "optimizers", "hot", "tiers", "initializers",
+                 "checkpoint")
 SHARED_SITES = ("mxrec_ref/contract.py", "mxrec_ref/state.py", "mxrec_ref/hot.py", "mxrec_ref/initializers.py",
                 "mxrec_ref/optimizers.py")
 
@@ -102,12 +102,69 @@ def test_every_rule_the_reference_cites_the_fast_path_cites():
     assert missing == [], f"rules the reference cites that neither the fast path nor a shared module cites: {missing}"
 
 
+def reference_file(family: str) -> Path:
+    own = ROOT / "mxrec_ref" / "ref" / f"{family}.py"
+    return own if own.is_file() else ROOT / "mxrec_ref" / f"{family}.py"
+
+
+def fast_files(family: str) -> list[Path]:
+    return [path for path in (ROOT / "mxrec_ref" / "fast" / f"{family}.py", ROOT / "cext" / f"_{family}.pxi")
+            if path.is_file()]
+
+
+def twin_prefixes() -> set[str]:
+    """The rule prefixes of the twin families (LKP, EXP, ...): read from their spec files."""
+    return {rule.split("-")[0] for family in TWIN_FAMILIES
+            for rule in DEFINITION.findall((ROOT / "spec" / f"{family}.md").read_text())}
+
+
+def defined_functions(path: Path) -> set[str]:
+    """Public functions and classes defined at the top of a Python or Cython file, or re-exported by
+    name from the extension (``from .._fast import dedup``)."""
+    text = path.read_text()
+    names = set(re.findall(r"^(?:def|cdef class|class|cp?def [\w\s\*\[\]:,]*?)\s*(\w+)\s*[(:]", text, re.M))
+    for block in re.findall(r"^from \.\._fast import (\([^)]*\)|.*)$", text, re.M):
+        names |= {name.split(" as ")[-1].strip() for name in block.strip("()").split(",") if name.strip()}
+    return {name for name in names if not name.startswith("_")}
+
+
+def test_every_twin_family_has_both_sides_and_cites_the_same_rules():
+    known, twins = prefixes(), twin_prefixes()
+    differences = {}
+    for family in TWIN_FAMILIES:
+        reference, fast = reference_file(family), fast_files(family)
+        assert (ROOT / "spec" / f"{family}.md").is_file() and reference.is_file() and fast, family
+        ref_rules = {rule for rule in cited([reference], known) if rule.split("-")[0] in twins}
+        fast_rules = {rule for rule in cited(fast, known) if rule.split("-")[0] in twins}
+        if ref_rules != fast_rules:
+            differences[family] = {"reference only": sorted(ref_rules - fast_rules, key=_rule_order),
+                                   "fast only": sorted(fast_rules - ref_rules, key=_rule_order)}
+    assert differences == {}, f"twin families whose two sides cite different rules: {differences}"
+
+
+def test_every_reference_function_of_a_twin_family_has_its_fast_namesake():
+    missing = {}
+    for family in TWIN_FAMILIES:
+        fast = set().union(*(defined_functions(path) for path in fast_files(family)))
+        absent = sorted(defined_functions(reference_file(family)) - fast)
+        if absent and reference_file(family).parent.name == "ref":
+            missing[family] = absent
+    assert missing == {}, f"reference functions without a fast namesake in fast/F.py or cext/_F.pxi: {missing}"
+
+
 def test_the_checks_can_fail(tmp_path):
     """The citation reader finds ids, test names and ignores other prefixes (UTF-8, CRC-32)."""
     sample = tmp_path / "test_sample.py"
     sample.write_text('"""ADM-2 and UTF-8 and CRC-32."""\ndef test_evi_1_expires():\n    pass\n')
     found = cited([sample], {"ADM", "EVI"})
     assert sorted(found) == ["ADM-2", "EVI-1"]
+    kernels = tmp_path / "_sample.pxi"
+    kernels.write_text("def dedup(FastCore core not None, keys):\n    pass\n"
+                       "cdef inline int32_t take_row(FastCore core) noexcept nogil:\n    pass\n"
+                       "cdef void _private(FastCore core):\n    pass\ncdef class TrainPlan:\n    pass\n"
+                       "from .._fast import (gather,\n                     put_rows as _put_rows, sgd)\n"
+                       "from .._fast import expired_keys\n")
+    assert defined_functions(kernels) == {"dedup", "take_row", "TrainPlan", "gather", "sgd", "expired_keys"}
 
 
 _rule_order = rule_index.rule_order

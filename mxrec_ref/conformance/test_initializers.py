@@ -65,7 +65,7 @@ def test_init_5_slot_initial_values(backend, optimizer, expected):
        keys=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=40))
 def test_init_2_fast_integer_kernel_matches_numpy(fast_backend, seed, attempt, stream, keys):
     """The fast path's C mix_bits gives the numpy kernel's bits exactly."""
-    from mxrec_ref.fast import _mix_bits   # local: the fast path may not be built (fast_backend skips first)
+    from mxrec_ref.fast.initializers import mix_bits as _mix_bits   # local: the fast path may not be built (fast_backend skips first)
 
     keys = np.array(keys, dtype=np.int64)
     cols = np.arange(keys.size, dtype=np.int64) % 7
@@ -78,7 +78,7 @@ def test_init_2_fast_integer_kernel_matches_numpy(fast_backend, seed, attempt, s
        keys=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=30))
 def test_init_3_fast_uniform_rows_match_numpy(fast_backend, seed, minval, width, scale, dim, keys):
     """The fast path's one-pass C uniform rows equal the shared numpy formula bit for bit."""
-    from mxrec_ref.fast import _initial_rows   # local: the fast path may not be built
+    from mxrec_ref.fast.initializers import initial_rows as _initial_rows   # local: the fast path may not be built
 
     config = TableConfig("t", dim=dim, init_param=scale,
                          initializer=Initializer(kind="uniform", minval=minval, maxval=minval + width, seed=seed))

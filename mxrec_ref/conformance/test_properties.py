@@ -1,5 +1,5 @@
 """Property tests of the store's invariants on random call sequences, each
-backend on its own (the backends are compared by machines.py, run in test_differential.py)."""
+backend on its own (the backends are compared by machines.py, run in test_backends.py)."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st

@@ -1,0 +1,285 @@
+# Optimizers (spec/optimizers.md): row resolution, the update kernels and the overflow check.
+# Twin of mxrec_ref/ref/optimizers.py and mxrec_ref/fast/optimizers.py: resolve_rows (OPT-2),
+# sgd (OPT-4), adagrad, lazy_adam (OPT-5), ftrl_* (OPT-6), first_nonfinite (OPT-3); float32 in the
+# reference's order (OPT-7).
+# Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
+
+
+def resolve_rows(FastCore core not None, const int64_t[::1] keys, mask):
+    """(positions, rows) of the masked keys that hold a row now; resolved
+    by key, so a key evicted since its lookup is dropped (OPT-2)."""
+    cdef const uint8_t[::1] m_view = np.ascontiguousarray(mask, dtype=np.bool_).view(np.uint8)
+    cdef Py_ssize_t n = keys.shape[0], i, k = 0, start = 0, stop
+    positions = np.empty(n, dtype=np.int64)
+    rows = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] p_view = positions, r_view = rows
+    with nogil:
+        while start < n:  # in chunks, so the keys just found are still in L1
+            stop = min(start + CHUNK, n)
+            if core.hot_live:   # hot keys skip the main map
+                _find_many_hot(core, &keys[start], stop - start, NULL, &r_view[start], NULL)
+            else:
+                _find_many(core, &keys[start], stop - start, &r_view[start])  # compacted below (k <= i)
+            for i in range(start, stop):
+                if m_view[i] and r_view[i] >= 0:
+                    p_view[k] = i
+                    r_view[k] = r_view[i]
+                    k += 1
+            start = stop
+    return positions[:k].copy(), rows[:k].copy()
+
+
+cdef float* _slot_data(FastCore core, Py_ssize_t slot) except NULL:
+    if not 0 <= slot < core.n_slot_arrays:
+        raise IndexError(f"optimizer slot {slot} does not exist")
+    if core.slot_buffers[slot].data == NULL:  # no rows yet: a valid pointer for empty loops
+        ensure_rows(core, 1, 1)
+    return <float*>core.slot_buffers[slot].data
+
+
+cdef float* _values(FastCore core) except NULL:
+    if core.value_buffer.data == NULL:
+        ensure_rows(core, 1, 1)
+    return <float*>core.value_buffer.data
+
+
+def sgd(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
+        float lr, bint decay, float weight_decay):
+    """g = g + wd * w (when decay); w = w - lr * g."""
+    cdef Py_ssize_t j, c, k = rows.shape[0]
+    cdef int dim = core.dim
+    cdef float* values = _values(core)
+    cdef float* w
+    cdef const float* g
+    cdef float gc
+    with nogil:
+        for j in range(k):
+            if j + AHEAD < k:
+                fast_prefetch(values + rows[j + AHEAD] * dim)
+            w = values + rows[j] * dim
+            g = &grads[positions[j], 0]
+            for c in range(dim):
+                gc = g[c]
+                if decay:
+                    gc = gc + weight_decay * w[c]
+                w[c] = w[c] - lr * gc
+        if k:
+            write_through(core, &rows[0], k)
+
+
+def adagrad(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
+            float lr, Py_ssize_t accumulator):
+    """acc = acc + g*g; w = w - (lr*g) / sqrt(acc)."""
+    cdef Py_ssize_t j, c, k = rows.shape[0]
+    cdef int dim = core.dim
+    cdef float* values = _values(core)
+    cdef float* acc_data = _slot_data(core, accumulator)
+    cdef float* w
+    cdef float* acc
+    cdef const float* g
+    cdef float a, gc
+    with nogil:
+        for j in range(k):
+            if j + AHEAD < k:
+                fast_prefetch(values + rows[j + AHEAD] * dim)
+                fast_prefetch(acc_data + rows[j + AHEAD] * dim)
+            w = values + rows[j] * dim
+            acc = acc_data + rows[j] * dim
+            g = &grads[positions[j], 0]
+            for c in range(dim):
+                gc = g[c]
+                a = acc[c] + gc * gc
+                acc[c] = a
+                w[c] = w[c] - (lr * gc) / sqrtf(a)
+        if k:
+            write_through(core, &rows[0], k)
+
+
+def lazy_adam(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
+              float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
+              float lr_t, float epsilon, Py_ssize_t momentum, Py_ssize_t velocity):
+    """m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*(g*g); w = w - (lr_t*m) / (sqrt(v) + eps)."""
+    cdef Py_ssize_t j, c, k = rows.shape[0]
+    cdef int dim = core.dim
+    cdef float* values = _values(core)
+    cdef float* m_data = _slot_data(core, momentum)
+    cdef float* v_data = _slot_data(core, velocity)
+    cdef float* w
+    cdef float* m
+    cdef float* v
+    cdef const float* g
+    cdef float gc, mc, vc
+    with nogil:
+        for j in range(k):
+            if j + AHEAD < k:
+                fast_prefetch(values + rows[j + AHEAD] * dim)
+                fast_prefetch(m_data + rows[j + AHEAD] * dim)
+                fast_prefetch(v_data + rows[j + AHEAD] * dim)
+            w = values + rows[j] * dim
+            m = m_data + rows[j] * dim
+            v = v_data + rows[j] * dim
+            g = &grads[positions[j], 0]
+            for c in range(dim):
+                gc = g[c]
+                mc = beta1 * m[c] + one_minus_beta1 * gc
+                vc = beta2 * v[c] + one_minus_beta2 * (gc * gc)
+                m[c] = mc
+                v[c] = vc
+                w[c] = w[c] - (lr_t * mc) / (sqrtf(vc) + epsilon)
+        if k:
+            write_through(core, &rows[0], k)
+
+
+def ftrl_sqrt(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
+              float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear):
+    """TensorFlow's ApplyFtrlV2 with learning_rate_power = -0.5 (sqrt)."""
+    cdef Py_ssize_t j, c, k = rows.shape[0]
+    cdef int dim = core.dim
+    cdef float* values = _values(core)
+    cdef float* acc_data = _slot_data(core, accum)
+    cdef float* lin_data = _slot_data(core, linear)
+    cdef float* w
+    cdef float* acc
+    cdef float* lin
+    cdef const float* g
+    cdef float acc_new
+    with nogil:
+        for j in range(k):
+            if j + AHEAD < k:
+                fast_prefetch(values + rows[j + AHEAD] * dim)
+                fast_prefetch(acc_data + rows[j + AHEAD] * dim)
+                fast_prefetch(lin_data + rows[j + AHEAD] * dim)
+            w = values + rows[j] * dim
+            acc = acc_data + rows[j] * dim
+            lin = lin_data + rows[j] * dim
+            g = &grads[positions[j], 0]
+            for c in range(dim):
+                acc_new = acc[c] + g[c] * g[c]
+                _ftrl_element(&w[c], &acc[c], &lin[c], g[c], acc_new,
+                              sqrtf(acc_new), sqrtf(acc[c]), lr, l1, l2, l2_shrinkage)
+        if k:
+            write_through(core, &rows[0], k)
+
+
+def ftrl_accumulate(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions,
+                    const float[:, ::1] grads, Py_ssize_t accum):
+    """(acc, acc + g*g) of each updated row, float32 [k, dim]: the inputs of
+    numpy's power in the general FTRL update."""
+    cdef Py_ssize_t j, c, k = rows.shape[0]
+    cdef int dim = core.dim
+    cdef float* acc_data = _slot_data(core, accum)
+    cdef const float* g
+    cdef const float* acc
+    old = np.empty((k, dim), dtype=np.float32)
+    new = np.empty((k, dim), dtype=np.float32)
+    cdef float[:, ::1] old_view = old, new_view = new
+    with nogil:
+        for j in range(k):
+            acc = acc_data + rows[j] * dim
+            g = &grads[positions[j], 0]
+            for c in range(dim):
+                old_view[j, c] = acc[c]
+                new_view[j, c] = acc[c] + g[c] * g[c]
+    return old, new
+
+
+def ftrl_power(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
+               const float[:, ::1] acc_new, const float[:, ::1] power_new, const float[:, ::1] power_old,
+               float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear):
+    """ApplyFtrlV2 for any learning_rate_power, given acc^-power after and
+    before the step (computed by numpy, see the module doc)."""
+    cdef Py_ssize_t j, c, k = rows.shape[0]
+    cdef int dim = core.dim
+    cdef float* values = _values(core)
+    cdef float* acc_data = _slot_data(core, accum)
+    cdef float* lin_data = _slot_data(core, linear)
+    cdef float* w
+    cdef float* acc
+    cdef float* lin
+    with nogil:
+        for j in range(k):
+            w = values + rows[j] * dim
+            acc = acc_data + rows[j] * dim
+            lin = lin_data + rows[j] * dim
+            for c in range(dim):
+                _ftrl_element(&w[c], &acc[c], &lin[c], grads[positions[j], c], acc_new[j, c],
+                              power_new[j, c], power_old[j, c], lr, l1, l2, l2_shrinkage)
+        if k:
+            write_through(core, &rows[0], k)
+
+
+cdef float* _array(FastCore core, Py_ssize_t s) except NULL:
+    """Row storage ``s``: -1 the values, else optimizer slot s."""
+    return _values(core) if s < 0 else _slot_data(core, s)
+
+
+def save_rows(FastCore core not None, const int64_t[::1] rows, float[:, :, ::1] out):
+    """Copy the rows' values and every slot into ``out`` [1 + slots, >= len(rows), dim]
+    (a buffer the caller reuses): what restore_rows puts back (OPT-3)."""
+    cdef Py_ssize_t n = rows.shape[0], j, s
+    cdef int dim = core.dim
+    cdef const float* source
+    if out.shape[0] != 1 + core.n_slot_arrays or out.shape[1] < n or out.shape[2] != dim:
+        raise ValueError("save_rows: out has the wrong shape")
+    for s in range(-1, core.n_slot_arrays):
+        source = _array(core, s)
+        with nogil:
+            for j in range(n):
+                memcpy(&out[s + 1, j, 0], source + rows[j] * dim, dim * sizeof(float))
+
+
+def restore_rows(FastCore core not None, const int64_t[::1] rows, const float[:, :, ::1] saved):
+    """Put back what save_rows copied, values written through to the hot
+    block: undoes an update that overflowed (OPT-3)."""
+    cdef Py_ssize_t n = rows.shape[0], j, s
+    cdef int dim = core.dim
+    cdef float* target
+    for s in range(-1, core.n_slot_arrays):
+        target = _array(core, s)
+        with nogil:
+            for j in range(n):
+                memcpy(target + rows[j] * dim, &saved[s + 1, j, 0], dim * sizeof(float))
+    if n:
+        write_through(core, &rows[0], n)
+
+
+def first_nonfinite(FastCore core not None, const int64_t[::1] rows):
+    """The first j whose row ``rows[j]`` holds NaN or Inf in its values or
+    any optimizer slot, -1 if none (OPT-3).  An exponent of all ones is
+    NaN or Inf: a bit test the compiler vectorises."""
+    cdef Py_ssize_t n = rows.shape[0], j, s, c, found = -1
+    cdef int dim = core.dim
+    cdef const uint32_t* bits
+    cdef uint32_t bad
+    cdef size_t base
+    for s in range(-1, core.n_slot_arrays):
+        base = <size_t>_array(core, s)
+        with nogil:
+            for j in range(n if found < 0 else found):
+                bits = <const uint32_t*>(<const float*>base + rows[j] * dim)
+                bad = 0
+                for c in range(dim):
+                    bad |= (bits[c] & 0x7f800000u) == 0x7f800000u
+                if bad:
+                    found = j
+                    break
+    return found
+
+
+cdef inline void _ftrl_element(float* w, float* acc, float* linear, float g, float acc_new,
+                               float power_new, float power_old, float lr, float l1, float l2,
+                               float l2_shrinkage) noexcept nogil:
+    """One element of ApplyFtrlV2 in ref/optimizers.ftrl's order; ``power_*``
+    is sqrt(acc) (power -0.5) or acc^-power, after and before the step."""
+    cdef float two = 2.0
+    cdef float g_shrunk = g
+    cdef float sigma, quadratic, lin, sign_l1
+    if l2_shrinkage > 0:
+        g_shrunk = g + (two * l2_shrinkage) * w[0]
+    sigma = (power_new - power_old) / lr
+    quadratic = power_new / lr + two * l2
+    lin = linear[0] + (g_shrunk - sigma * w[0])
+    linear[0] = lin
+    sign_l1 = l1 if lin > 0 else -l1
+    w[0] = (sign_l1 - lin) / quadratic if fabsf(lin) > l1 else <float>0.0
+    acc[0] = acc_new

@@ -1,0 +1,182 @@
+"""The fast store: the reference's rules over the Cython core in cext/_fast.pyx.
+
+``FastStore`` must agree bit for bit with ``mxrec_ref.ref.RefStore`` after
+every call (the comparison machines of mxrec_ref/conformance/machines.py, run
+by mxrec_ref/conformance/test_backends.py).  It is written as the
+reference's store is: one call per rule, in spec order, to the module of the
+rule's family -- ``fast/lookup.py``, ``admission``, ``eviction``, ``optimizers``,
+``hot``, ``tiers``, ``checkpoint``, ``initializers`` -- named as the
+reference's (``mxrec_ref/ref/``).  The split:
+
+* in Python: everything that raises, the calls of the rules both backends
+  share (mxrec_ref/contract.py: the capacity and growth rule, the table clock,
+  the statistics counters, the hot schedule), the initializer call and the
+  optimizer's scalar hyper-parameters;
+* in ``mxrec_ref._fast.FastCore``: the key history (hash map), row placement,
+  row storage, batch dedup, gathers and the optimizer loops, each without the
+  GIL; and the hot block (spec/hot.md).
+
+A training lookup is planned (nothing changes), checked, then committed, so
+an error leaves the store as it was (CON-4).  Every message comes from the
+contract, so both backends fail identically.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._fast import FastCore
+from ..config import TableConfig
+from ..contract import InMemoryStore, TierMoves
+from ..optimizers import SparseOptimizer
+from ..state import LookupResult, TableState
+from ..tiers.placement import FastDevicePlacement
+from . import admission, checkpoint, eviction, hot, initializers, lookup, optimizers, tiers
+
+
+class FastStore(InMemoryStore, TierMoves):
+    backend_name = "fast"
+    device_placement = FastDevicePlacement       # CON-10, TIER-4
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
+                 hot_rows: int | None = None, hot_update_step: int | None = None):
+        super().__init__(config, optimizer, hot_rows, hot_update_step)
+        self._default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
+        initial = self.optimizer.slot_initial_values()
+        # A slot without an initial value keeps what its row held, as in the
+        # reference's place_rows (only possible for a custom optimizer).
+        self._core = FastCore(config.dim, [initial.get(name) for name in self.optimizer.slot_names])
+        self._slot_index = {name: i for i, name in enumerate(self.optimizer.slot_names)}
+
+    # -------------------------------------------------------------- lookup
+    def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        core = self._core
+        unique, inverse, occurrences = lookup.dedup(core, keys, counts)           # LKP-2
+        n_unique = len(unique)
+        self._check_send_count(n_unique, pad_to)                                  # LKP-4
+        total = n_unique if pad_to is None else max(pad_to, n_unique)
+        # hot_index: each unique key's index in the hot block, probed on the
+        # way, as the set is before this lookup's refresh (None: no hot set)
+        if train:
+            rows, admitted, hot_index = self._train_lookup(unique, occurrences, step, timestamp, total)
+        else:
+            rows, admitted, hot_index = lookup.gather(core, unique, total, self._default_row)   # LKP-5, HOT-3
+        padding, with_row, hot_hits = lookup.position_stats(core, keys, inverse, admitted, hot_index)
+        self._count_positions(train, keys.size, padding, with_row)                # STAT-3
+        self._counters["hot_hit_positions"] += hot_hits                           # HOT-4
+        self._refresh_hot_if_due(train)                                           # HOT-2
+        unique = lookup.pad(unique, total)
+        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
+                            n_unique, id(self))
+
+    def _train_lookup(self, unique, occurrences, step, timestamp, total):
+        """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
+        (rows, admitted, hot index of each unique key or None).  All checks happen before
+        the commit."""
+        clock, source = self._training_clock(step, timestamp)                     # CON-5
+        core = self._core
+        plan = admission.plan_train(core, unique, occurrences, self.effective_coefficient(),
+                                    self.config.admit_threshold)
+        admit = plan.admit
+        self._reserve(len(admit))                                                 # EXP-2, EXP-3
+        # The shared initializer, in first-occurrence order (INIT-1).
+        init = initializers.initial_rows(self.config, unique[admit]) if len(admit) else None
+        rows, admitted = admission.commit_train(core, plan, clock, init, self._capacity_rows, total,
+                                                self._default_row)
+        self.clock, self.clock_source = clock, source
+        self._counters["admitted"] += len(admit)
+        self._counters["train_lookups"] += 1
+        return rows, admitted, plan.hot_index
+
+    def _refresh_hot(self) -> None:
+        hot.refresh_hot(self._core, self._hot_capacity)
+
+    # ----------------------------------------------------------- gradients
+    def _apply(self, keys, grads, mask, step) -> int:
+        core = self._core
+        positions, rows = optimizers.resolve_rows(core, keys, mask)               # OPT-2
+        # The kernels update in place: keep the rows to put back if the update overflows (OPT-3).
+        saved = self._backup_buffer(len(rows))
+        optimizers.save_rows(core, rows, saved)
+        optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
+        bad = optimizers.first_nonfinite(core, rows)
+        if bad >= 0:
+            optimizers.restore_rows(core, rows, saved)
+            raise self._overflow_error(int(keys[positions[bad]]))
+        self._count_applied(len(keys), len(rows))                                 # STAT-5
+        return len(rows)
+
+    def _backup_buffer(self, n: int) -> np.ndarray:
+        """A reused [1 + slots, >= n, dim] buffer for _apply's copy of the rows
+        it updates (a fresh one per call costs page faults)."""
+        buffer = getattr(self, "_backup", None)
+        if buffer is None or buffer.shape[1] < n:
+            capacity = max(n, 2 * (0 if buffer is None else buffer.shape[1]), 1024)
+            buffer = self._backup = np.empty((1 + len(self._slot_index), capacity, self.config.dim), np.float32)
+        return buffer
+
+    # ------------------------------------------------------------ eviction
+    def _evict(self, now):
+        cutoff = self._eviction_cutoff(now, self.clock)                           # EVI-1
+        if cutoff is None:
+            return np.zeros(0, dtype=np.int64)
+        expired = eviction.expired_keys(self._core, cutoff)
+        admitted, pending = eviction.remove_keys(self._core, expired)             # EVI-2, EVI-3
+        self._counters["evicted"] += admitted                                     # STAT-4
+        self._counters["evicted_pending"] += pending
+        return expired
+
+    # ------------------------------------------------------------- queries
+    def _size(self) -> int:
+        return self._core.size
+
+    def _stats(self):
+        core = self._core
+        return self._counter_stats(size=core.size, history=core.history_size, hot_rows=core.hot_size)
+
+    def _row_handles(self, keys):
+        return lookup.row_handles(self._core, keys)                              # EXP-5
+
+    def bytes_per_key(self) -> float:
+        """Bytes of the hash map, key entries (key, count, last seen), free
+        list and row values -- optimizer slots excluded -- per key holding a
+        row; nan for an empty table.  Counts memory written so far (what is
+        resident); ``memory_breakdown(allocated=True)`` gives reserved bytes."""
+        with self._lock:
+            size = self._core.size
+            return sum(self._core.memory_bytes().values()) / size if size else float("nan")
+
+    def memory_breakdown(self, allocated: bool = False) -> dict[str, int]:
+        """The bytes behind ``bytes_per_key``, by structure."""
+        with self._lock:
+            return self._core.memory_bytes(allocated)
+
+    # ---------------------------------------------------------- tier moves
+    def _rows_of(self, keys):
+        return tiers.rows_of(self._core, self._slot_index, keys)
+
+    def _distinct(self, keys):
+        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
+        return lookup.dedup(self._core, keys, None)[0]
+
+    def _drop_rows(self, keys) -> None:
+        tiers.drop_rows(self._core, keys)
+
+    def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
+        self._hold_at_least(self._core.size + len(keys))
+        tiers.put_rows(self._core, self._slot_index, keys, values, slots, counts, last_seen, self._capacity_rows)
+
+    def _admitted_entries(self):
+        return tiers.admitted_entries(self._core)
+
+    # ---------------------------------------------------------- checkpoint
+    def _export(self) -> TableState:
+        return checkpoint.export_state(self._core, self._slot_index, self.clock, self.clock_source)
+
+    def _import_state(self, state: TableState) -> None:
+        """Counters are kept; the hot set is emptied (clear)."""
+        slot_arrays = [state.slots[name] for name in self._slot_index]
+        self._core.clear()
+        self.clock = self.clock_source = None
+        checkpoint.import_state(self._core, state, slot_arrays,
+                                self._capacity_after_import(len(state.keys)))    # CKPT-6
+        self.clock, self.clock_source = state.clock, state.clock_source
