@@ -14,6 +14,7 @@ Successor of tests/test_spec_coverage.py.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mxrec_ref import rule_index    # the one reader of the spec and its citations (also `mxrec-ref rules`)
@@ -115,7 +116,7 @@ def fast_files(family: str) -> list[Path]:
 def twin_prefixes() -> set[str]:
     """The rule prefixes of the twin families (LKP, EXP, ...): read from their spec files."""
     return {rule.split("-")[0] for family in TWIN_FAMILIES
-            for rule in DEFINITION.findall((ROOT / "spec" / f"{family}.md").read_text())}
+            for rule in rule_index.DEFINITION.findall((ROOT / "spec" / f"{family}.md").read_text())}
 
 
 def defined_functions(path: Path) -> set[str]:
