@@ -77,6 +77,16 @@ class Communicator(ABC):
         return int(sum(self.allgather(int(value))))
 
 
+def rank_order_sum(comm: Communicator, array: np.ndarray) -> np.ndarray:
+    """The sum over ranks of ``array``, added in rank order (rank 0 first) on every rank, so every rank
+    gets the same bits and two runs agree (SHARD-7); ``MPI_Allreduce`` orders the additions its own way."""
+    parts = comm.allgather_array(np.asarray(array))
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
+
+
 class SingleProcess(Communicator):
     """Rank 0 of 1: every collective returns what was given."""
 
