@@ -76,14 +76,20 @@ class Communicator(ABC):
     def allreduce_sum(self, value: int) -> int:
         return int(sum(self.allgather(int(value))))
 
+    def allreduce_array(self, array: np.ndarray) -> np.ndarray:
+        """The library's sum over ranks (MPI_Allreduce: fast, but its order of additions is its own,
+        so bits may differ from the rank-order sum, SHARD-7); emulations take the rank-order sum."""
+        return rank_order_sum(self, array)
+
 
 def rank_order_sum(comm: Communicator, array: np.ndarray) -> np.ndarray:
     """The sum over ranks of ``array``, added in rank order (rank 0 first) on every rank, so every rank
     gets the same bits and two runs agree (SHARD-7); ``MPI_Allreduce`` orders the additions its own way."""
-    parts = comm.allgather_array(np.asarray(array))
-    total = parts[0].copy()
+    array = np.asarray(array)
+    parts = comm.allgather_array(array)
+    total = np.array(parts[0], copy=True).reshape(array.shape)
     for part in parts[1:]:
-        total += part
+        total += np.asarray(part).reshape(array.shape)
     return total
 
 
@@ -229,11 +235,17 @@ class MpiCommunicator(Communicator):
                             [flat_recv, (r_counts, r_displs), self._mpi.BYTE])
         return recv
 
+    def allreduce_array(self, array):
+        array = np.ascontiguousarray(array)
+        out = np.empty_like(array)
+        self.comm.Allreduce(array, out, op=self._mpi.SUM)
+        return out
+
     def allgather_array(self, array):
         array = np.ascontiguousarray(array)
         out = np.empty((self.size,) + array.shape, dtype=array.dtype)
         self.comm.Allgather([_bytes_view(array), self._mpi.BYTE], [_bytes_view(out), self._mpi.BYTE])
-        return list(out)
+        return [out[r].reshape(array.shape) for r in range(self.size)]
 
 
 def _bytes_view(array: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ import tensorflow as tf
 from ..checkpoint import delta_bases, fault_point
 from . import config_initializer
 from .config_initializer import ConfigInitializer
+from .distributed import rank_id, rank_size, world_barrier
 
 
 def sparse_dir(checkpoint_path: str) -> str:
@@ -94,10 +95,15 @@ def save(dense_save, saver, sess, save_path, global_step=None, *args, save_delta
     if config_initializer.is_initialized():
         save_tables(_checkpoint_path(sess, save_path, global_step),
                     incremental=bool(save_delta or is_incremental_checkpoint))
-    path = dense_save(saver, sess, save_path, global_step, *args, **kwargs)
-    fault_point("saver: dense checkpoint written")
-    if path and config_initializer.is_initialized():
-        _prune(path)
+    if rank_id() == 0:        # SHARD-10: the dense checkpoint from rank 0 only (every rank holds the same)
+        path = dense_save(saver, sess, save_path, global_step, *args, **kwargs)
+        fault_point("saver: dense checkpoint written")
+        if path and config_initializer.is_initialized():
+            _prune(path)
+    else:
+        path = _checkpoint_path(sess, save_path, global_step)
+    if rank_size() > 1:
+        world_barrier()       # no rank reads the checkpoint before rank 0 has listed it
     return path
 
 
