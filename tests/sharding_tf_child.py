@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 import mxrec_ref.tf as mx
+from mxrec_ref import train
 from mxrec_ref.compat.mx_rec.util.communication import hccl_ops
 from mxrec_ref.tf.optimizers import adagrad
 
@@ -37,6 +38,15 @@ def main(out: str, backends: str, emulate: int | None) -> None:
         with tf.Graph().as_default():
             job(out, backend, emulate)
         mx.terminate_config_initializer()
+    # `mxrec-ref train`'s job, 64 examples per rank and step (one process: the global 64 x ranks)
+    ranks = emulate or hccl_ops.get_rank_size()
+    result = train.run(train.TrainConfig(steps=12, rows=4000, batch_size=64 * (emulate or 1), eval_every=6,
+                                         progress=False), echo=lambda *args, **kwargs: None)
+    if hccl_ops.get_rank_id() == 0:
+        np.savez(os.path.join(out, f"train-{'one' if emulate else 'mpi'}.npz"), ranks=ranks,
+                 test_auc=[h["test_auc"] for h in result["history"]],
+                 test_loss=[h["test_loss"] for h in result["history"]],
+                 size=[result["stats"][name]["size"] for name in ("wide", "deep")])
 
 
 def job(out: str, backend: str, emulate: int | None) -> None:

@@ -97,7 +97,7 @@ def test_shard_14_rank_queries_without_a_launcher():
 
 
 def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_batches(tmp_path):
-    """Both backends in one launch each way.  Key sets, counts, last-seen, pending keys and size() are
+    """Both backends and the `mxrec-ref train` job in one launch each way.  Key sets, counts, last-seen, pending keys and size() are
     bit-identical; rows, slots, dense weights and losses agree within rtol 1e-5 / atol 1e-7 (SHARD-9);
     the dense checkpoint is rank 0's, the sparse one merged."""
     launcher = mpirun()
@@ -120,3 +120,9 @@ def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_bat
         assert real["user_keys"].size > 0 and real["losses"][-1] < real["losses"][0]
         saved = sorted(os.listdir(tmp_path / f"{backend}-mpi"))
         assert "model-12.index" in saved and "sparse-model-12" in saved
+    # mxrec-ref train's Wide&Deep job (train.run) on 2 ranks of 64 examples vs one process of 128
+    with np.load(tmp_path / "train-mpi.npz") as a, np.load(tmp_path / "train-one.npz") as b:
+        real, one = dict(a), dict(b)
+    assert int(real["ranks"]) == 2 and np.array_equal(real["size"], one["size"])
+    np.testing.assert_allclose(real["test_auc"], one["test_auc"], rtol=1e-4)
+    np.testing.assert_allclose(real["test_loss"], one["test_loss"], rtol=1e-4)
