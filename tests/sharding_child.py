@@ -81,9 +81,21 @@ def run(name: str, rank: int, comm, folder: str) -> dict:
     return results
 
 
+def hang(rank: int, comm) -> None:
+    """Rank 1 skips a step: rank 0 waits in the lookup until the watchdog ends the job (SHARD-15)."""
+    store = ShardedStore(open_store(config(), backend="ref"), comm)
+    store.lookup([1, 2], step=0)
+    if rank == 0:
+        store.lookup([3], step=1)
+    comm.barrier()
+
+
 if __name__ == "__main__":
     out_folder, phase_name = sys.argv[1], sys.argv[2]
     comm = world()
+    if phase_name == "hang":
+        hang(comm.rank, comm)
+        sys.exit(0)
     gathered = run(phase_name, comm.rank, comm, out_folder)
     if comm.rank == 0:
         np.savez(f"{out_folder}/{phase_name}-{comm.size}.npz", **gathered)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -36,11 +37,15 @@ def mpirun() -> str:
     return found
 
 
-def launch(ranks: int, folder: Path, phase: str) -> dict:
+def run_child(ranks: int, folder: Path, phase: str, **env):
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
     command = [mpirun(), "--oversubscribe", "-np", str(ranks), sys.executable, str(CHILD), str(folder), phase]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    return command, subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def launch(ranks: int, folder: Path, phase: str) -> dict:
+    command, done = run_child(ranks, folder, phase)
     assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout}\n{done.stderr}"
     with np.load(folder / f"{phase}-{ranks}.npz") as data:
         return dict(data)
@@ -82,3 +87,10 @@ def test_shard_9_real_mpi_equals_the_virtual_ranks_and_checkpoints_move_between_
         shutil.rmtree(virtual_dir / backend)
         shutil.copytree(virtual_dir / f"{backend}-reloaded-4", virtual_dir / backend, dirs_exist_ok=True)
     assert_bitwise(launch(2, real_dir, "reload"), emulated(2, virtual_dir, "reload"))
+
+
+def test_shard_15_a_rank_left_waiting_ends_the_job_with_a_message(tmp_path):
+    command, done = run_child(2, tmp_path, "hang", MXREC_REF_COLLECTIVE_TIMEOUT="2")
+    assert done.returncode != 0
+    assert re.search(r"rank 0 of 2 waited [23] s in table 'clicks''s training lookup at step 1 \(allgather\); "
+                     r"all ranks must run the same steps", done.stderr), done.stderr

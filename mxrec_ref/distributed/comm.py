@@ -15,8 +15,12 @@ mpi4py is imported only when a launcher started this process (``world()``): impo
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 
 import numpy as np
@@ -26,6 +30,9 @@ from ..errors import MxrecError
 # Environment variables an MPI launcher sets in every rank it starts: Open MPI (4 and 5 / PRRTE),
 # MPICH / Intel MPI (Hydra), Slurm's PMI.
 LAUNCHER_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS")
+TIMEOUT_VARIABLE = "MXREC_REF_COLLECTIVE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 300.0
+logger = logging.getLogger("mxrec_ref.distributed")
 
 
 class CollectiveError(MxrecError):
@@ -38,6 +45,7 @@ class Communicator(ABC):
 
     rank: int
     size: int
+    context = "a collective"    # what the rank is doing, for the watchdog's message (ShardedStore sets it)
 
     @abstractmethod
     def allgather(self, obj) -> list:
@@ -207,21 +215,28 @@ class MpiCommunicator(Communicator):
     """mpi4py on a duplicate of ``comm`` (default COMM_WORLD): buffers travel as numpy memory
     (Alltoallv, Allgather); small headers are pickled (allgather, bcast)."""
 
-    def __init__(self, comm=None):
+    def __init__(self, comm=None, timeout: float | None = None):
         from mpi4py import MPI    # lazy: importing mpi4py initialises MPI (module docstring)
         self._mpi = MPI
         self.comm = (MPI.COMM_WORLD if comm is None else comm).Dup()
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.local_size = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+        self.watchdog = Watchdog(self, collective_timeout() if timeout is None else timeout)
 
     def allgather(self, obj) -> list:
-        return self.comm.allgather(obj)
+        with self.watchdog.waiting("allgather"):
+            return self.comm.allgather(obj)
 
     def bcast(self, obj, root: int = 0):
-        return self.comm.bcast(obj, root=root)
+        with self.watchdog.waiting("bcast"):
+            return self.comm.bcast(obj, root=root)
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        with self.watchdog.waiting("barrier"):
+            self.comm.Barrier()
+
+    def abort(self, code: int = 1) -> None:
+        self.comm.Abort(code)
 
     def _alltoallv(self, send, send_counts, recv_counts):
         per_row = int(np.prod(send.shape[1:], dtype=np.int64))
@@ -231,21 +246,82 @@ class MpiCommunicator(Communicator):
         s_counts, r_counts = send_counts * width, recv_counts * width
         s_displs = np.concatenate([[0], np.cumsum(s_counts)[:-1]])
         r_displs = np.concatenate([[0], np.cumsum(r_counts)[:-1]])
-        self.comm.Alltoallv([flat_send, (s_counts, s_displs), self._mpi.BYTE],
-                            [flat_recv, (r_counts, r_displs), self._mpi.BYTE])
+        with self.watchdog.waiting("all-to-all"):
+            self.comm.Alltoallv([flat_send, (s_counts, s_displs), self._mpi.BYTE],
+                                [flat_recv, (r_counts, r_displs), self._mpi.BYTE])
         return recv
 
     def allreduce_array(self, array):
         array = np.ascontiguousarray(array)
         out = np.empty_like(array)
-        self.comm.Allreduce(array, out, op=self._mpi.SUM)
+        with self.watchdog.waiting("allreduce"):
+            self.comm.Allreduce(array, out, op=self._mpi.SUM)
         return out
 
     def allgather_array(self, array):
         array = np.ascontiguousarray(array)
         out = np.empty((self.size,) + array.shape, dtype=array.dtype)
-        self.comm.Allgather([_bytes_view(array), self._mpi.BYTE], [_bytes_view(out), self._mpi.BYTE])
+        with self.watchdog.waiting("allgather"):
+            self.comm.Allgather([_bytes_view(array), self._mpi.BYTE], [_bytes_view(out), self._mpi.BYTE])
         return [out[r].reshape(array.shape) for r in range(self.size)]
+
+
+def collective_timeout() -> float:
+    """MXREC_REF_COLLECTIVE_TIMEOUT: seconds a rank may wait in one collective (default 300; 0: forever)."""
+    text = os.environ.get(TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise MxrecError(f"{TIMEOUT_VARIABLE}: must be a number of seconds >= 0 (0: wait forever), got {text!r}")
+    return value
+
+
+class Watchdog:
+    """Ends the whole job when this rank waits too long in one collective (SHARD-15): a rank that
+    failed, or runs other steps, would otherwise leave the others waiting forever.  A daemon thread
+    looks once a second; mpi4py frees the GIL while MPI waits, so it runs while the rank is blocked."""
+
+    def __init__(self, comm: "MpiCommunicator", timeout: float):
+        self.comm, self.timeout = comm, timeout
+        self._since: float | None = None
+        self._what = ""
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def waiting(self, primitive: str):
+        if self.timeout <= 0:
+            yield
+            return
+        with self._lock:
+            self._since, self._what = time.monotonic(), f"{self.comm.context} ({primitive})"
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="mxrec-collective-watchdog", daemon=True)
+                self._thread.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._since = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout / 4))
+            with self._lock:
+                since, what = self._since, self._what
+            if since is not None and time.monotonic() - since > self.timeout:
+                waited = time.monotonic() - since
+                message = (f"mxrec-ref: rank {self.comm.rank} of {self.comm.size} waited {waited:.0f} s in {what}; "
+                           f"all ranks must run the same steps (another rank failed, stopped or runs other "
+                           f"steps); ending the job ({TIMEOUT_VARIABLE}={self.timeout:g})")
+                logger.error(message)
+                print(message, file=sys.stderr, flush=True)
+                self.comm.abort(1)
+                return
 
 
 def _bytes_view(array: np.ndarray) -> np.ndarray:

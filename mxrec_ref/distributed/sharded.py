@@ -121,10 +121,12 @@ class ShardedStore(Store):
         waiting in the first one, so join it with the error; every rank raises (SHARD-8)."""
         if not self._started:
             self._started = True
+            self.comm.context = f"table {self.name!r}'s {what}"
             self._agree(error, what)
 
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
         self._started = True
+        self.comm.context = f"table {self.name!r}'s {'training' if train else 'evaluation'} lookup at step {step}"
         unique, inverse, occurrences = dedup(keys, counts)
         real = np.flatnonzero(unique != PADDING_KEY)          # padding never leaves the rank (SHARD-2)
         order, send_counts = route(unique[real], self.rank_size)
@@ -201,6 +203,7 @@ class ShardedStore(Store):
 
     def _apply(self, keys, grads, mask, step):
         self._started = True
+        self.comm.context = f"table {self.name!r}'s gradient exchange at step {step}"
         keep = np.flatnonzero(mask & (keys != PADDING_KEY))
         order, send_counts = route(keys[keep], self.rank_size)
         headers = self._agree(None, "apply_gradients", step=step, counts=send_counts)
@@ -234,6 +237,7 @@ class ShardedStore(Store):
 
     def _evict(self, now):
         self._started = True
+        self.comm.context = f"table {self.name!r}'s eviction"
         error, evicted = None, np.zeros(0, np.int64)
         try:
             evicted = self.local.evict(now)

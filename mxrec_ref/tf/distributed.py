@@ -41,6 +41,12 @@ def world_barrier() -> None:
     world().barrier()
 
 
+def shared_path(path):
+    """Rank 0's ``path`` on every rank (SHARD-14): where the ranks of a job save and restore together."""
+    comm = world()
+    return path if comm.size == 1 else comm.bcast(path, root=0)
+
+
 def local_rank_size() -> int:
     """Ranks on this host (1 without a launcher)."""
     return getattr(world(), "local_size", 1)
