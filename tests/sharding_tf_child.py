@@ -95,6 +95,9 @@ def job(out: str, backend: str, emulate: int | None) -> None:
         states = {name: table.store.export() for name, table in sorted(tables.items())}
         result = {"losses": np.array(losses), "w": session.run(w), "probes": np.stack(probes),
                   "size_user": tables["user"].size()}
+    if not emulate:        # ranks sharing this host split its cores (SHARD-14); kept out of the comparison
+        np.save(os.path.join(out, f"threads-{rank}.npy"), [tf.config.threading.get_intra_op_parallelism_threads(),
+                                                           tf.config.threading.get_inter_op_parallelism_threads()])
     for name, state in states.items():
         for field in ("keys", "values", "counts", "last_seen", "pending_keys", "pending_counts"):
             result[f"{name}_{field}"] = getattr(state, field)

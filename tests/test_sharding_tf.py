@@ -120,6 +120,8 @@ def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_bat
         assert real["user_keys"].size > 0 and real["losses"][-1] < real["losses"][0]
         saved = sorted(os.listdir(tmp_path / f"{backend}-mpi"))
         assert "model-12.index" in saved and "sparse-model-12" in saved
+    for rank in (0, 1):
+        assert np.load(tmp_path / f"threads-{rank}.npy").tolist() == [max(1, (os.cpu_count() or 1) // 2), 2]
     # mxrec-ref train's Wide&Deep job (train.run) on 2 ranks of 64 examples vs one process of 128
     with np.load(tmp_path / "train-mpi.npz") as a, np.load(tmp_path / "train-one.npz") as b:
         real, one = dict(a), dict(b)

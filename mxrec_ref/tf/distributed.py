@@ -37,6 +37,24 @@ def rank_size() -> int:
     return world().size
 
 
+def share_cores() -> tuple[int, int] | None:
+    """SHARD-14: ranks sharing a host split its cores: TF's intra-op threads default to
+    ``max(1, cores // ranks on the host)`` and inter-op to 2, unless the job set them (or TF already
+    started, when they can no longer change).  Returns the (intra, inter) set, or None."""
+    local = local_rank_size()
+    threading_config = tf.config.threading
+    if local <= 1 or threading_config.get_intra_op_parallelism_threads() or \
+            threading_config.get_inter_op_parallelism_threads():
+        return None
+    intra = max(1, (os.cpu_count() or 1) // local)
+    try:
+        threading_config.set_intra_op_parallelism_threads(intra)
+        threading_config.set_inter_op_parallelism_threads(2)
+    except RuntimeError:      # the TF runtime is already initialised: its pools stay as they are
+        return None
+    return intra, 2
+
+
 def world_barrier() -> None:
     world().barrier()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import atexit
 
-from . import config_initializer, patches
+from . import config_initializer, distributed, patches
 from .config_initializer import ConfigInitializer
 
 
@@ -19,6 +19,7 @@ def init(**kwargs) -> ConfigInitializer:
     overridable by the MXREC_REF_BACKEND environment variable)."""
     instance = config_initializer.create(**kwargs)
     config_initializer.log_ignored_environment()
+    distributed.share_cores()        # several ranks on one host: split its cores (SHARD-14)
     patches.install()
     atexit.register(terminate_config_initializer)
     return instance
