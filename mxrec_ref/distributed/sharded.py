@@ -33,6 +33,7 @@ logger = logging.getLogger("mxrec_ref.distributed")
 # table's; the others are summed over owners, except the positions, counted by the wrapper (SHARD-6).
 _PER_CALL = ("train_lookups", "eval_lookups", "grad_applies", "hot_refreshes")
 _POSITIONS = ("key_positions", "padding_positions", "default_positions")
+_WRAPPER_COUNTERS = _POSITIONS + ("grad_rows_dropped",)    # counted where the batch is, summed over ranks
 
 
 def owner_of(keys: np.ndarray, rank_size: int) -> np.ndarray:
@@ -79,9 +80,9 @@ class ShardedStore(Store):
         self.divide_gradients = bool(divide_gradients)   # all2all_gradients_op="sum_gradients_and_div_by_ranksize"
         self._calls = 0                                  # collective calls made (the watchdog names it)
         self._started = False                            # the current call has reached its first collective
-        self._positions = {name: 0 for name in _POSITIONS}
+        self._positions = {name: 0 for name in _WRAPPER_COUNTERS}
         self._owner_stats = [local.stats()] * self.rank_size
-        self._sync_positions = dict(self._positions)
+        self._sync_positions = {name: 0 for name in _WRAPPER_COUNTERS}
 
     # ------------------------------------------------------------- helpers
     def _agree(self, error: Exception | None, what: str, **fields) -> list[dict]:
@@ -103,7 +104,7 @@ class ShardedStore(Store):
         headers = self._agree(error, what, stats=None if error else self.local.stats(),
                               positions=dict(self._positions), **fields)
         self._owner_stats = [h["stats"] for h in headers]
-        self._sync_positions = {name: sum(h["positions"][name] for h in headers) for name in _POSITIONS}
+        self._sync_positions = {name: sum(h["positions"][name] for h in headers) for name in _WRAPPER_COUNTERS}
         return headers
 
     # -------------------------------------------------------------- lookup
@@ -205,6 +206,7 @@ class ShardedStore(Store):
         self._started = True
         self.comm.context = f"table {self.name!r}'s gradient exchange at step {step}"
         keep = np.flatnonzero(mask & (keys != PADDING_KEY))
+        self._positions["grad_rows_dropped"] += len(keys) - len(keep)
         order, send_counts = route(keys[keep], self.rank_size)
         headers = self._agree(None, "apply_gradients", step=step, counts=send_counts)
         if len({h["step"] for h in headers}) > 1:
@@ -257,7 +259,10 @@ class ShardedStore(Store):
         stats = {name: sum(s[name] for s in self._owner_stats) for name in STAT_NAMES}
         for name in _PER_CALL:
             stats[name] = max(s[name] for s in self._owner_stats)
-        stats.update(self._sync_positions)
+        for name in _POSITIONS:
+            stats[name] = self._sync_positions[name]
+        # rows this rank never sent (padding, keys without a row at lookup) + the owners' drops
+        stats["grad_rows_dropped"] += self._sync_positions["grad_rows_dropped"]
         return stats
 
     def stats(self) -> dict[str, int]:
