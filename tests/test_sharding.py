@@ -3,6 +3,7 @@ the same ShardedStore code as under mpirun, without a launcher.  The real-MPI ru
 tests/test_sharding_mpi.py."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -239,11 +240,17 @@ def test_shard_8_a_full_owner_fails_every_rank(backend):
 
 
 # ----------------------------------------------------------------------------- SHARD-9
-def run_one_process(backend, cfg, optimizer, steps):
+def timestamp_of(step: int, rank: int, stamped: bool):
+    """The ranks' batch timestamps (rank order deliberately not time order), or None."""
+    return 100 * step + (7 * rank) % 5 if stamped else None
+
+
+def run_one_process(backend, cfg, optimizer, steps, stamped=False):
     store = open_store(cfg, optimizer, backend=backend)
     forward, evicted = [], []
     for step, (slices, train, evict) in enumerate(steps):
-        result = store.lookup(np.concatenate(slices), train=train, step=step if train else None)
+        stamp = max(timestamp_of(step, r, True) for r in range(len(slices))) if stamped and train else None
+        result = store.lookup(np.concatenate(slices), train=train, step=step if train else None, timestamp=stamp)
         forward.append(result)
         if train:
             admitted = set(result.unique_keys[result.admitted].tolist())
@@ -259,11 +266,12 @@ def run_one_process(backend, cfg, optimizer, steps):
     return store, forward, evicted
 
 
-def run_sharded(n, backend, cfg, optimizer, steps):
+def run_sharded(n, backend, cfg, optimizer, steps, stamped=False):
     def body(rank, store):
         forward, evicted = [], []
         for step, (slices, train, evict) in enumerate(steps):
-            result = store.lookup(slices[rank], train=train, step=step if train else None)
+            result = store.lookup(slices[rank], train=train, step=step if train else None,
+                                  timestamp=timestamp_of(step, rank, stamped) if train else None)
             forward.append(result)
             if train:
                 store.apply_gradients(result, gradient_for(step, rank, result.unique_keys), step=step)
@@ -285,15 +293,15 @@ def scenarios(draw):
     for _ in range(draw(st.integers(1, 6))):
         slices = [np.array(draw(st.lists(keys, max_size=7)), dtype=np.int64) for _ in range(n)]
         steps.append((slices, draw(st.booleans()) or not steps, draw(st.integers(0, 3)) == 0))
-    return n, steps, draw(st.sampled_from(sorted(OPTIMIZERS))), draw(st.integers(1, 3))
+    return n, steps, draw(st.sampled_from(sorted(OPTIMIZERS))), draw(st.integers(1, 3)), draw(st.booleans())
 
 
 @given(scenario=scenarios())
 def test_shard_9_n_virtual_ranks_equal_one_process_on_the_concatenated_batch(backend, scenario):
-    n, steps, optimizer, threshold = scenario
-    cfg = config(access_threshold=threshold, eviction_threshold=2, device_vocabulary_size=4)
-    one, forward, evicted = run_one_process(backend, cfg, OPTIMIZERS[optimizer], steps)
-    results = run_sharded(n, backend, cfg, OPTIMIZERS[optimizer], steps)
+    n, steps, optimizer, threshold, stamped = scenario
+    cfg = config(access_threshold=threshold, eviction_threshold=2 if not stamped else 150, device_vocabulary_size=4)
+    one, forward, evicted = run_one_process(backend, cfg, OPTIMIZERS[optimizer], steps, stamped)
+    results = run_sharded(n, backend, cfg, OPTIMIZERS[optimizer], steps, stamped)
     expected_stats = one.stats()
     for rank, (state, rank_forward, rank_evicted, size, stats) in enumerate(results):
         assert state.differences(one.export()) == []
@@ -305,6 +313,35 @@ def test_shard_9_n_virtual_ranks_equal_one_process_on_the_concatenated_batch(bac
             start = sum(len(s) for s in slices[:rank])
             want = whole.embeddings()[start:start + len(slices[rank])]
             assert mine.embeddings().view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("tier", ["ddr", "ssd"])
+def test_shard_9_each_owner_may_be_a_tiered_store(backend, tier, tmp_path):
+    """Tiers per owner: a DDR or SSD table sharded over 3 ranks equals one HBM-equivalent process (TIER-2)."""
+    ssd = dict(ssd_vocabulary_size=400, ssd_data_path=(str(tmp_path),)) if tier == "ssd" else {}
+    cfg = config(access_threshold=1, dynamic_expansion=False, device_vocabulary_size=12, host_vocabulary_size=6,
+                 **ssd)
+    rng = np.random.default_rng(3)
+    steps = [([rng.integers(-1, 60, 6) for _ in range(3)], True, step % 4 == 3) for step in range(8)]
+    flat = config(access_threshold=1, device_vocabulary_size=12)
+    one, forward, evicted = run_one_process(backend, flat, OPTIMIZERS["adagrad"], steps)
+
+    def body(rank, store):
+        assert store.tiered
+        for step, (slices, _, evict) in enumerate(steps):
+            result = store.lookup(slices[rank], step=step)
+            store.apply_gradients(result, gradient_for(step, rank, result.unique_keys), step=step)
+            if evict:
+                store.evict()
+        return store.export()
+
+    def job(rank, comm):
+        store_folder = {"ssd_data_path": (str(tmp_path / f"rank{rank}"),)} if tier == "ssd" else {}
+        own = dataclasses.replace(cfg, **store_folder)
+        return body(rank, ShardedStore(open_store(own, OPTIMIZERS["adagrad"], backend=backend), comm))
+
+    for state in VirtualWorld(3).run(job):
+        assert state.differences(one.export()) == []
 
 
 def test_shard_9_two_runs_at_the_same_rank_count_are_bit_identical(backend):
