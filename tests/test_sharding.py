@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from mxrec_ref.config import TableConfig
 from mxrec_ref.distributed import ShardedStore, VirtualWorld, merge_states, owner_of, route, slice_state
+from mxrec_ref.distributed import sharded
 from mxrec_ref.distributed.comm import SingleProcess, rank_order_sum
 from mxrec_ref.errors import CapacityError, KeyInputError, UsageError
 from mxrec_ref.optimizers import SGD, Adagrad, LazyAdam
@@ -94,6 +95,19 @@ def test_shard_2_padding_never_leaves_the_rank_and_each_key_lives_on_its_owner(b
         assert stats["padding_positions"] == 0            # no owner ever saw -1
         pad = result.unique_keys.tolist().index(PADDING_KEY)
         assert not result.admitted[pad] and np.array_equal(result.rows[pad], cfg.default_row())
+
+
+@given(keys=st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(-5, 40), max_size=60),
+       ranks=st.integers(1, 7), weighted=st.booleans())
+def test_shard_2_the_routing_kernels_equal_their_numpy_versions(keys, ranks, weighted):
+    if sharded._route is None:
+        pytest.skip("cext/_route.pyx is not built")
+    keys = np.array(keys, dtype=np.int64)
+    counts = np.arange(1, keys.size + 1, dtype=np.int64) if weighted else None
+    for fast, slow in zip(sharded.dedup(keys, counts), sharded.dedup_numpy(keys, counts)):
+        assert fast.dtype == np.int64 and fast.tolist() == slow.tolist()
+    for fast, slow in zip(sharded.route(keys, ranks), sharded.route_numpy(keys, ranks)):
+        assert fast.tolist() == slow.tolist()
 
 
 # ----------------------------------------------------------------------------- SHARD-3

@@ -27,6 +27,11 @@ from ..errors import MxrecError, UsageError
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
 from .comm import Communicator, world
 
+try:
+    from .. import _route      # the O(n) kernels (cext/_route.pyx); the numpy versions below are their oracle
+except ImportError:            # extension not built: numpy (sort-based) gives the same results
+    _route = None
+
 logger = logging.getLogger("mxrec_ref.distributed")
 
 # Statistics that count calls of the table: every owner sees every call, so any owner's value is the
@@ -43,8 +48,14 @@ def owner_of(keys: np.ndarray, rank_size: int) -> np.ndarray:
 
 def route(keys: np.ndarray, rank_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, counts): ``keys[order]`` grouped by owner, rank 0's first, first-occurrence order kept
-    inside each group; ``counts[d]`` keys for rank d.  O(n): numpy's stable sort of 16-bit integers is
-    a radix sort (wider owner ids fall back to a merge sort)."""
+    inside each group; ``counts[d]`` keys for rank d.  A counting sort (cext/_route.pyx)."""
+    if _route is not None:
+        return _route.route(np.ascontiguousarray(keys, dtype=np.int64), rank_size)
+    return route_numpy(keys, rank_size)
+
+
+def route_numpy(keys: np.ndarray, rank_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``route`` in numpy: its stable sort of 16-bit integers is a radix sort, O(n) too."""
     owners = owner_of(keys, rank_size)
     narrow = owners.astype(np.uint16) if rank_size <= 2**16 else owners
     order = np.argsort(narrow, kind="stable")
@@ -53,7 +64,14 @@ def route(keys: np.ndarray, rank_size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def dedup(keys: np.ndarray, counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Distinct keys in order of first occurrence, the inverse index and each key's number of
-    accesses (LKP-2, ADM-2), as a store computes them."""
+    accesses (LKP-2, ADM-2), as a store computes them: a hash table, O(n) (cext/_route.pyx)."""
+    if _route is not None:
+        return _route.first_occurrence(np.ascontiguousarray(keys, dtype=np.int64), counts)
+    return dedup_numpy(keys, counts)
+
+
+def dedup_numpy(keys: np.ndarray, counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``dedup`` by sorting (np.unique), O(n log n)."""
     if keys.size == 0:
         return keys.copy(), np.zeros(0, np.int64), np.zeros(0, np.int64)
     unique, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
