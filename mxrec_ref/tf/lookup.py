@@ -16,9 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from .config_initializer import ConfigInitializer, log_once
-from .distributed import ordered
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
+from .distributed import ordered
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
 from .graph_modifier import iterator_output_of, record_lookup
 from .table import SparseTable
