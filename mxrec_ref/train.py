@@ -332,8 +332,6 @@ def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_d
 
     evict_hook = mx.EvictHook(evict_enable=evicting, evict_step_interval=config.evict_step_interval)
     hooks = [evict_hook]
-    if world().size > 1:
-        hooks.append(mx.BroadcastGlobalVariablesHook())     # rank 0's dense variables everywhere (SHARD-14)
     if config.warm_start:
         hooks.append(mx.WarmStartHook(mx.WarmStartSettings(config.warm_start)))
     checkpoint_dir = config.checkpoint_dir

@@ -66,7 +66,7 @@ def job(out: str, backend: str, emulate: int | None) -> None:
     ds = ds.map(mx.get_asc_insert_func(tgt_key_specs=specs)).repeat()
     batch = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
     embs = [mx.sparse_lookup(tables[s.table_name], s, batch=batch) for s in specs]
-    # rank r's dense weights start from seed r: broadcast_global_variables makes them rank 0's
+    # rank r's dense weights start from seed r: global_variables_initializer makes them rank 0's (SHARD-14)
     w = tf.compat.v1.get_variable("w", [DIM, 1], initializer=tf.compat.v1.random_normal_initializer(seed=rank))
     logits = sum(tf.reduce_sum(tf.reshape(tf.matmul(tf.reshape(e, [-1, DIM]), w), [tf.shape(e)[0], -1]), axis=1)
                  for e in embs)
@@ -80,12 +80,10 @@ def job(out: str, backend: str, emulate: int | None) -> None:
     # evaluation lookups have their own chain: running them never runs a training step (SHARD-12)
     probe = tf.constant(np.arange(1000, 1012, dtype=np.int64))
     evaluated = mx.sparse_lookup(tables["item"], probe, is_train=False, modify_graph=True, name="probe")
-    broadcast = mx.broadcast_global_variables()
     saver = tf.compat.v1.train.Saver()
     losses, probes = [], []
     with tf.compat.v1.Session() as session:
         session.run(tf.compat.v1.global_variables_initializer())
-        session.run(broadcast)
         for step in range(STEPS):
             losses.append(session.run([train, global_loss])[1])
             if step % 4 == 3:

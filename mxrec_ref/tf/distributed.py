@@ -16,6 +16,7 @@ import weakref
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import variables as tf_variables    # where Scaffold finds the initializer
 
 from ..distributed.comm import rank_order_sum, world
 from ..distributed.sharded import ShardedStore
@@ -178,6 +179,37 @@ def broadcast_global_variables(root_rank: int = 0, variables=None):
     received.set_shape(fused.shape)
     return tf.group(*[v.assign(value) for v, value in zip(variables, _split(received, variables))],
                     name="broadcast_global_variables")
+
+
+_ORIGINAL_INITIALIZERS: dict = {}
+
+
+def broadcast_at_initialization(install: bool = True) -> None:
+    """SHARD-14: on several ranks, ``global_variables_initializer()`` (tf.compat.v1's and the one
+    ``Scaffold`` calls) also gives every rank rank 0's initial values, so an unmodified script's dense
+    variables start equal on every rank.  ``init()`` installs it, ``terminate_config_initializer()``
+    removes it; one rank installs nothing."""
+    owners = ((tf_variables, "global_variables_initializer"), (tf.compat.v1, "global_variables_initializer"))
+    if not install:
+        for (owner, name), original in _ORIGINAL_INITIALIZERS.items():
+            setattr(owner, name, original)
+        _ORIGINAL_INITIALIZERS.clear()
+        return
+    if world().size == 1 or _ORIGINAL_INITIALIZERS:
+        return
+    original = tf_variables.global_variables_initializer
+
+    def initializer_then_broadcast():
+        init = original()
+        if tf.executing_eagerly():
+            return init
+        with tf.control_dependencies([init]):
+            shared = broadcast_global_variables()
+        return tf.group(init, shared, name="init_and_broadcast")
+
+    for owner, name in owners:
+        _ORIGINAL_INITIALIZERS[(owner, name)] = getattr(owner, name)
+        setattr(owner, name, initializer_then_broadcast)
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
