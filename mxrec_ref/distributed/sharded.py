@@ -134,6 +134,8 @@ class ShardedStore(Store):
         except MxrecError as error:
             self._tell_others(error, "lookup")
             raise
+        finally:
+            self.comm.context = Communicator.context      # later collectives are not this call's
 
     def _tell_others(self, error: Exception, what: str) -> None:
         """The contract rejected this rank's arguments before any collective: the other ranks are
@@ -219,6 +221,8 @@ class ShardedStore(Store):
         except MxrecError as error:
             self._tell_others(error, "apply_gradients")
             raise
+        finally:
+            self.comm.context = Communicator.context
 
     def _apply(self, keys, grads, mask, step):
         self._started = True
@@ -254,6 +258,8 @@ class ShardedStore(Store):
         except MxrecError as error:
             self._tell_others(error, "evict")
             raise
+        finally:
+            self.comm.context = Communicator.context
 
     def _evict(self, now):
         self._started = True
