@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import mxrec_ref.tf as mx
 from mxrec_ref.compat.mx_rec.util.communication import hccl_ops
+from mxrec_ref.config import TableConfig
 from mxrec_ref.distributed import VirtualWorld, set_world
 from mxrec_ref.errors import ConfigError
 from mxrec_ref.tf import distributed as tf_distributed
@@ -88,6 +89,20 @@ def test_shard_13_collectives_are_the_identity_on_one_rank():
     x = tf.constant([[1.0, 2.0]])
     for out in (hccl_ops.allreduce(x, "sum"), hccl_ops.allgather(x), hccl_ops.broadcast(x, 0)):
         assert np.array_equal(out.numpy(), x.numpy())
+
+
+def test_shard_14_an_ssd_tables_files_go_to_a_folder_per_rank(tmp_path):
+    config = TableConfig("t", dim=2, device_vocabulary_size=4, host_vocabulary_size=4, ssd_vocabulary_size=64,
+                         ssd_data_path=(str(tmp_path / "a"), str(tmp_path / "b")))
+    set_world(VirtualWorld(2).communicators()[1])
+    try:
+        assert tf_distributed.rank_config(config).ssd_data_path == (str(tmp_path / "a" / "rank1"),
+                                                                   str(tmp_path / "b" / "rank1"))
+        hbm = TableConfig("t", dim=2, device_vocabulary_size=4)
+        assert tf_distributed.rank_config(hbm) is hbm
+    finally:
+        set_world(None)
+    assert tf_distributed.rank_config(config) is config
 
 
 def test_shard_14_rank_queries_without_a_launcher():

@@ -11,6 +11,7 @@ With one rank (no launcher) every function here is the identity and adds no op d
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import weakref
 
@@ -83,6 +84,17 @@ def sharded(store, all2all_gradients_op: str = "sum_gradients"):
     if world().size == 1:
         return store
     return ShardedStore(store, world(), divide_gradients=all2all_gradients_op == "sum_gradients_and_div_by_ranksize")
+
+
+def rank_config(config):
+    """A table's config for this rank's store: on several ranks an SSD table's files go to a
+    ``rank<r>`` subfolder of each ``ssd_data_path`` folder, so ranks sharing a host never write the same
+    file (TIER-9 refuses files that exist); otherwise the config itself."""
+    comm = world()
+    if comm.size == 1 or not config.ssd_vocabulary_size:
+        return config
+    return dataclasses.replace(config, ssd_data_path=tuple(os.path.join(folder, f"rank{comm.rank}")
+                                                           for folder in config.ssd_data_path))
 
 
 def ordered(op, chain: str) -> None:

@@ -21,7 +21,7 @@ from ..store import LookupResult, open_store
 from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION, MULTI_LOOKUP_TIMES
-from .distributed import sharded
+from .distributed import rank_config, sharded
 
 
 class SparseTable:
@@ -98,7 +98,8 @@ class SparseTable:
                     instance = ConfigInitializer.get_instance()
                     optimizer = instance.optimizer_instance
                     self.config = self._frozen_config()
-                    self._store = sharded(open_store(self.config, optimizer.store_optimizer if optimizer else None,
+                    self._store = sharded(open_store(rank_config(self.config),
+                                                     optimizer.store_optimizer if optimizer else None,
                                                      backend=instance.backend), self.all2all_gradients_op)
         return self._store
 
