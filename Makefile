@@ -5,10 +5,15 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench ext clean
+.PHONY: demo demo-dist test bench ext clean
 
 demo: ext
 	$(PY) -m mxrec_ref train
+
+# The same job on 2 MPI ranks (spec/sharding.md): Open MPI from the mpi extra's wheel; the two variables
+# let it run as root, --oversubscribe lets 2 ranks share fewer cores.
+demo-dist: ext
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $(VENV)/bin/mpirun --oversubscribe -np 2 $(PY) -m mxrec_ref train
 
 test: ext
 	$(PY) -m pytest -q $(PYTEST_ARGS)

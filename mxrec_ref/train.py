@@ -18,6 +18,7 @@ import numpy as np
 
 from . import data as datasets
 from .backends import available_backends, unknown_backend_reason
+from .distributed import world
 from .errors import UsageError
 from .metrics import auc, log_loss
 
@@ -181,12 +182,14 @@ def sparse_lookup_fn(mx, tables, specs, batch, is_train: bool):
                                                  is_train=is_train)
 
 
-def batches(dataset, batch_size: int, repeat: bool):
+def batches(dataset, batch_size: int, repeat: bool, rank: int = 0, ranks: int = 1):
     """The data set's batches as dicts of numpy columns (the input pipeline's feed).
 
     ``repeat``: forever, each batch exactly ``batch_size`` rows, wrapping from the last
     row to the first (what ``Dataset.repeat().batch(drop_remainder=True)`` gives); else
-    one pass, the last batch short."""
+    one pass, the last batch short.  On ``ranks`` ranks (repeat only) a step's global batch is
+    ``ranks x batch_size`` rows and ``rank`` reads its slice of it, so the ranks' batches
+    concatenated in rank order are one process's batch of ``ranks x batch_size`` (SHARD-9)."""
     columns = {name: np.ascontiguousarray(dataset.categorical[:, i]) for i, name in enumerate(dataset.field_names)}
     columns.update(dense=dataset.dense, label=dataset.labels, timestamp=dataset.timestamps)
     n = len(dataset.labels)
@@ -196,9 +199,9 @@ def batches(dataset, batch_size: int, repeat: bool):
         return
     start = 0
     while True:
-        rows = (start + np.arange(batch_size)) % n
+        rows = (start + rank * batch_size + np.arange(batch_size)) % n
         yield {name: column[rows] for name, column in columns.items()}
-        start = (start + batch_size) % n
+        start = (start + ranks * batch_size) % n
 
 
 def batch_signature(tf, dataset, batch_size: int | None) -> dict:
@@ -211,7 +214,10 @@ def batch_signature(tf, dataset, batch_size: int | None) -> dict:
 def _input(tf, dataset, batch_size: int, insert, repeat: bool):
     # Fed from a Python generator: the rows stay in this process instead of being embedded in
     # the GraphDef as constants (``from_tensor_slices``), which checkpoints would copy.
-    ds = tf.data.Dataset.from_generator(lambda: batches(dataset, batch_size, repeat),
+    # Training reads this rank's slice of each global batch; evaluation reads every row on every rank.
+    comm = world()
+    shard = (comm.rank, comm.size) if repeat else (0, 1)
+    ds = tf.data.Dataset.from_generator(lambda: batches(dataset, batch_size, repeat, *shard),
                                         output_signature=batch_signature(tf, dataset, batch_size if repeat else None))
     # mxRec's timestamp feature is one scalar per batch: the batch's latest event time
     ds = ds.map(lambda b: {**b, "timestamp": tf.reduce_max(b["timestamp"])})
@@ -237,9 +243,20 @@ def run(config: TrainConfig, echo=print) -> dict:
     if mx.is_initialized():
         mx.terminate_config_initializer()
     named_checkpoint_dir = config.checkpoint_dir is not None
+    comm = world()
+    if comm.rank != 0:              # several ranks (mpirun): rank 0 reports
+        echo = _quiet
+        config = dataclasses.replace(config, progress=False)
     with contextlib.ExitStack() as scratch:
         def temporary(prefix: str) -> str:
             return scratch.enter_context(tempfile.TemporaryDirectory(prefix=prefix))
+
+        if comm.size > 1:
+            # every rank saves into rank 0's folder (the tables' save is collective, SHARD-10); the
+            # barrier keeps rank 0 from removing it while another rank still reads it
+            scratch.callback(comm.barrier)
+            shared = comm.bcast(temporary("mxrec-train-") if comm.rank == 0 and not named_checkpoint_dir else None)
+            config = dataclasses.replace(config, checkpoint_dir=config.checkpoint_dir or shared)
 
         config = dataclasses.replace(
             config, checkpoint_dir=config.checkpoint_dir or temporary("mxrec-train-"),
@@ -251,6 +268,10 @@ def run(config: TrainConfig, echo=print) -> dict:
         finally:
             mx.terminate_config_initializer()
     return result
+
+
+def _quiet(*args, **kwargs) -> None:
+    return None
 
 
 @dataclass
@@ -268,7 +289,8 @@ class Graph:
 def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
     """Tables, feature specs, input pipeline, Wide&Deep model and both optimizers,
     in the default graph (mxRec's script structure)."""
-    storage = _storage(config)
+    # the loss is each rank's mean: gradients divided by the rank count add up to the global mean's (SHARD-5)
+    storage = dict(_storage(config), all2all_gradients_op="sum_gradients_and_div_by_ranksize")
     tables = {
         "wide": mx.create_table(tf.int64, 1, "wide", tf.compat.v1.zeros_initializer(), **storage),
         "deep": mx.create_table(tf.int64, config.dim, "deep",
@@ -293,8 +315,8 @@ def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
     sparse_grads = tf.gradients(loss, sparse_vars)
     train_op = tf.group(
         sparse_optimizer.apply_gradients(zip(sparse_grads, sparse_vars)),
-        tf.compat.v1.train.AdamOptimizer(config.dense_learning_rate).minimize(loss, global_step=global_step,
-                                                                              var_list=dense_vars))
+        mx.DistributedOptimizer(tf.compat.v1.train.AdamOptimizer(config.dense_learning_rate)).minimize(
+            loss, global_step=global_step, var_list=dense_vars))
     return Graph(tables, specs, all_specs, loss, train_op, global_step, evicting)
 
 
@@ -392,7 +414,7 @@ class _progress:
     def note(self, line: str) -> None:
         if self._bar is not None:
             self._bar.console.print(line, soft_wrap=True)
-        else:
+        elif world().rank == 0:       # several ranks: rank 0 reports
             print(line)
 
     def __exit__(self, *exc):

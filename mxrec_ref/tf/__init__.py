@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from . import constants, optimizers
 from .convert import convert_embedding_variables
+from .distributed import BroadcastGlobalVariablesHook, DistributedOptimizer, broadcast_global_variables
 from .export import export_saved_model
 from .config_initializer import ConfigInitializer, is_initialized
 from .feature_spec import FeatureSpec, get_asc_insert_func, start_asc_pipeline
@@ -28,4 +29,5 @@ __all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_init
            "get_asc_insert_func", "start_asc_pipeline", "EvictHook", "StatsSummaryHook", "sparse_lookup", "SparseTable",
            "create_table", "get_dense_and_sparse_variable", "constants", "optimizers", "WarmStartHook",
            "WarmStartSettings", "scaffold_init_fn", "warm_start", "set_threshold", "GraphModifierHook",
-           "modify_graph_and_start_emb_cache", "convert_embedding_variables", "export_saved_model"]
+           "modify_graph_and_start_emb_cache", "convert_embedding_variables", "export_saved_model",
+           "DistributedOptimizer", "BroadcastGlobalVariablesHook", "broadcast_global_variables"]

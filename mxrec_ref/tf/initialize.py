@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import atexit
 
-from . import config_initializer, patches
+from . import config_initializer, distributed, patches
 from .config_initializer import ConfigInitializer
 
 
@@ -19,6 +19,8 @@ def init(**kwargs) -> ConfigInitializer:
     overridable by the MXREC_REF_BACKEND environment variable)."""
     instance = config_initializer.create(**kwargs)
     config_initializer.log_ignored_environment()
+    distributed.share_cores()        # several ranks on one host: split its cores (SHARD-14)
+    distributed.broadcast_at_initialization()     # several ranks: rank 0's initial variables (SHARD-14)
     patches.install()
     atexit.register(terminate_config_initializer)
     return instance
@@ -28,3 +30,4 @@ def terminate_config_initializer() -> None:
     """Forget every table and the optimizer; idempotent."""
     if config_initializer.discard():
         patches.uninstall()
+        distributed.broadcast_at_initialization(install=False)

@@ -18,6 +18,7 @@ import tensorflow as tf
 from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
+from .distributed import ordered
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
 from .graph_modifier import iterator_output_of, record_lookup
 from .table import SparseTable
@@ -246,6 +247,7 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     unique_keys, rows, inverse, admitted, step_used = tf.numpy_function(
         run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64], stateful=True,
         name="store_lookup")
+    ordered(unique_keys.op, "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
     unique_keys.set_shape([pad_to])
     rows.set_shape([pad_to, table.emb_size])
     inverse.set_shape(merged.shape)

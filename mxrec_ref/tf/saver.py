@@ -20,6 +20,7 @@ import tensorflow as tf
 from ..checkpoint import delta_bases, fault_point
 from . import config_initializer
 from .config_initializer import ConfigInitializer
+from .distributed import rank_id, rank_size, shared_path, world_barrier
 
 
 def sparse_dir(checkpoint_path: str) -> str:
@@ -46,7 +47,7 @@ def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
     for table in saved:
         table.store.save(target, incremental=incremental)
         fault_point(f"saver: table {table.table_name!r} written")
-    if saved:
+    if saved and rank_id() == 0:
         # the step a graph without a global step gives its lookups (TF-5): restored with the tables
         _write_atomically(os.path.join(target, TRAIN_STEPS_FILE),
                           json.dumps({t.table_name: t.train_lookups_run for t in saved}))
@@ -90,14 +91,22 @@ def save(dense_save, saver, sess, save_path, global_step=None, *args, save_delta
     """``Saver.save`` with the tables (``dense_save`` is TF's own).  Tables
     first, then the dense checkpoint: TF writes its ``checkpoint`` state file
     last, so a checkpoint is listed only once its tables are complete; a crash
-    in between leaves an unlisted sparse folder (TF-6, CKPT-8)."""
+    in between leaves an unlisted sparse folder (TF-6, CKPT-8).  On several ranks every rank saves
+    under rank 0's ``save_path`` (SHARD-14): a script that names a folder per process still writes one
+    checkpoint, and gets its path back."""
+    save_path = shared_path(save_path)
     if config_initializer.is_initialized():
         save_tables(_checkpoint_path(sess, save_path, global_step),
                     incremental=bool(save_delta or is_incremental_checkpoint))
-    path = dense_save(saver, sess, save_path, global_step, *args, **kwargs)
-    fault_point("saver: dense checkpoint written")
-    if path and config_initializer.is_initialized():
-        _prune(path)
+    if rank_id() == 0:        # SHARD-10: the dense checkpoint from rank 0 only (every rank holds the same)
+        path = dense_save(saver, sess, save_path, global_step, *args, **kwargs)
+        fault_point("saver: dense checkpoint written")
+        if path and config_initializer.is_initialized():
+            _prune(path)
+    else:
+        path = _checkpoint_path(sess, save_path, global_step)
+    if rank_size() > 1:
+        world_barrier()       # no rank reads the checkpoint before rank 0 has listed it
     return path
 
 
@@ -111,7 +120,9 @@ def _checkpoint_path(sess, save_path: str, global_step) -> str:
 
 
 def restore(dense_restore, saver, sess, save_path):
-    """``Saver.restore`` with the tables (``dense_restore`` is TF's own)."""
+    """``Saver.restore`` with the tables (``dense_restore`` is TF's own); on several ranks from rank 0's
+    ``save_path``, where ``save`` wrote (SHARD-14)."""
+    save_path = shared_path(save_path)
     result = dense_restore(saver, sess, save_path)
     if config_initializer.is_initialized():
         restore_tables(save_path)

@@ -21,6 +21,7 @@ from ..store import LookupResult, open_store
 from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
+from .distributed import rank_config, sharded
 from .lookup_limit import count_lookup, lookups_in_graph
 
 
@@ -50,6 +51,7 @@ class SparseTable:
         )
         self._admission = None          # (access_threshold, eviction_threshold, faae_coefficient)
         self._store = None
+        self.all2all_gradients_op = "sum_gradients"   # create_table sets it; it matters on several ranks (SHARD-5)
         self._store_lock = threading.Lock()
         self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
         self.last_train_step = 0
@@ -98,8 +100,9 @@ class SparseTable:
                     instance = ConfigInitializer.get_instance()
                     optimizer = instance.optimizer_instance
                     self.config = self._frozen_config()
-                    self._store = open_store(self.config, optimizer.store_optimizer if optimizer else None,
-                                             backend=instance.backend)
+                    self._store = sharded(open_store(rank_config(self.config),
+                                                     optimizer.store_optimizer if optimizer else None,
+                                                     backend=instance.backend), self.all2all_gradients_op)
         return self._store
 
     def lookup_batch(self, ids, *, is_train: bool, step: int, timestamp=None, pad_to=None) -> tuple[LookupResult, int]:
@@ -214,6 +217,7 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                         device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
                         ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=ssd_data_path, is_save=is_save,
                         is_dp=is_dp, init_param=init_param, emb_initializer=emb_initializer)
+    table.all2all_gradients_op = all2all_gradients_op
     instance.tables[name] = table
     return table
 

@@ -18,6 +18,7 @@ from ...errors import MxrecError
 from ...optimizers import SparseOptimizer
 from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
+from ..distributed import ordered
 from ..lookup import table_of_keys, train_step_of
 
 _names = itertools.count()
@@ -90,5 +91,7 @@ def _apply_op(table, keys, values, step):
             fatal.note(error)
             raise
 
-    return tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32), step], tf.int64,
-                             stateful=True, name=f"{table.table_name}_sparse_apply")
+    applied = tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32), step], tf.int64,
+                                stateful=True, name=f"{table.table_name}_sparse_apply")
+    ordered(applied, "train")      # SHARD-12: the owners' exchange runs in one order on every rank
+    return applied

@@ -1,0 +1,145 @@
+"""The TF layer on several ranks (spec/sharding.md, SHARD-12..SHARD-14): the collective chains of a graph,
+the rank queries and dense reductions, and an mxRec-style job under a real ``mpirun`` against one process
+on the same global batches (SHARD-9's tolerance for training through the layer)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mxrec_ref.tf as mx
+from mxrec_ref.compat.mx_rec.util.communication import hccl_ops
+from mxrec_ref.config import TableConfig
+from mxrec_ref.distributed import VirtualWorld, set_world
+from mxrec_ref.errors import ConfigError
+from mxrec_ref.tf import distributed as tf_distributed
+from mxrec_ref.tf.optimizers import adagrad
+from test_sharding_mpi import HERE, mpirun
+
+
+@pytest.fixture
+def two_ranks():
+    """The graph is built as on rank 0 of 2 (it is never run: no collective happens)."""
+    set_world(VirtualWorld(2).communicators()[0])
+    yield
+    set_world(None)
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
+
+
+def collective_ops(graph):
+    names = ("store_lookup", "sparse_apply", "mxrec_dense_allreduce", "mxrec_allreduce")
+    return [op for op in graph.get_operations() if op.type in ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+            and any(n in op.name for n in names)]
+
+
+def test_shard_12_every_collective_op_waits_for_the_one_built_before_it_in_its_chain(two_ranks):
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        init = tf.compat.v1.zeros_initializer()
+        a = mx.create_table(tf.int64, 2, "a", init, device_vocabulary_size=10)
+        b = mx.create_table(tf.int64, 2, "b", init, device_vocabulary_size=10)
+        optimizer = adagrad.create_hash_optimizer(learning_rate=0.1)
+        ids = tf.constant([[1, 2]], tf.int64)
+        ea = mx.sparse_lookup(a, ids, modify_graph=True, name="la")
+        eb = mx.sparse_lookup(b, ids, modify_graph=True, name="lb")
+        evaluation = mx.sparse_lookup(a, ids, is_train=False, modify_graph=True, name="ea")
+        w = tf.compat.v1.get_variable("w", [2, 1])
+        loss = tf.reduce_sum(tf.matmul(tf.reshape(ea + eb, [-1, 2]), w))
+        dense = mx.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+        pairs = dense.compute_gradients(loss, var_list=[w])
+        sparse = mx.get_dense_and_sparse_variable()[1]
+        train = optimizer.apply_gradients(zip(tf.gradients(loss, sparse), sparse))
+        assert train is not None and pairs[0][0] is not None and evaluation is not None
+    ops = collective_ops(graph)
+    train_chain = [op for op in ops if "ea/" not in op.name]
+    eval_ops = [op for op in ops if "ea/" in op.name]
+    assert len(train_chain) == 5 and len(eval_ops) == 1    # 2 lookups, the dense reduction, 2 applies
+    for previous, op in zip(train_chain, train_chain[1:]):
+        assert previous in op.control_inputs, (previous.name, op.name)
+    assert not set(eval_ops[0].control_inputs) & set(train_chain)    # evaluation never runs training
+
+
+def test_shard_12_one_rank_adds_no_dependency():
+    set_world(None)
+    graph = tf.Graph()
+    with graph.as_default():
+        first = tf.numpy_function(lambda: np.int64(0), [], tf.int64)
+        second = tf.numpy_function(lambda: np.int64(0), [], tf.int64)
+        tf_distributed.ordered(first, "train")
+        tf_distributed.ordered(second, "train")
+    assert second.op.control_inputs == []
+
+
+def test_shard_13_dense_reduce_variable_is_checked(monkeypatch):
+    monkeypatch.setenv("MXREC_REF_DENSE_REDUCE", "fastest")
+    with pytest.raises(ConfigError, match="MXREC_REF_DENSE_REDUCE: must be one of"):
+        tf_distributed.dense_reduction()
+    monkeypatch.setenv("MXREC_REF_DENSE_REDUCE", "allreduce")
+    assert tf_distributed.dense_reduction() == "allreduce"
+
+
+def test_shard_13_collectives_are_the_identity_on_one_rank():
+    set_world(None)
+    x = tf.constant([[1.0, 2.0]])
+    for out in (hccl_ops.allreduce(x, "sum"), hccl_ops.allgather(x), hccl_ops.broadcast(x, 0)):
+        assert np.array_equal(out.numpy(), x.numpy())
+
+
+def test_shard_14_an_ssd_tables_files_go_to_a_folder_per_rank(tmp_path):
+    config = TableConfig("t", dim=2, device_vocabulary_size=4, host_vocabulary_size=4, ssd_vocabulary_size=64,
+                         ssd_data_path=(str(tmp_path / "a"), str(tmp_path / "b")))
+    set_world(VirtualWorld(2).communicators()[1])
+    try:
+        assert tf_distributed.rank_config(config).ssd_data_path == (str(tmp_path / "a" / "rank1"),
+                                                                   str(tmp_path / "b" / "rank1"))
+        hbm = TableConfig("t", dim=2, device_vocabulary_size=4)
+        assert tf_distributed.rank_config(hbm) is hbm
+    finally:
+        set_world(None)
+    assert tf_distributed.rank_config(config) is config
+
+
+def test_shard_14_rank_queries_without_a_launcher():
+    set_world(None)
+    assert (hccl_ops.get_rank_id(), hccl_ops.get_rank_size(), hccl_ops.get_local_rank_size(),
+            hccl_ops.get_device_id()) == (0, 1, 1, 0)
+
+
+def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_batches(tmp_path):
+    """Both backends and the `mxrec-ref train` job in one launch each way.  Key sets, counts, last-seen,
+    pending keys and size() are bit-identical; rows, slots, dense weights and losses agree within
+    rtol 1e-5 / atol 1e-7 (SHARD-9); the dense checkpoint is rank 0's, the sparse one merged."""
+    launcher = mpirun()
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    child = str(HERE / "sharding_tf_child.py")
+    for command in ([launcher, "--oversubscribe", "-np", "2", sys.executable, child, str(tmp_path), "ref,fast"],
+                    [sys.executable, child, str(tmp_path), "ref,fast", "2"]):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    for backend in ("ref", "fast"):
+        with np.load(tmp_path / f"{backend}-mpi.npz") as a, np.load(tmp_path / f"{backend}-one.npz") as b:
+            real, one = dict(a), dict(b)
+        assert sorted(real) == sorted(one)
+        for key in real:
+            if real[key].dtype.kind == "f":
+                np.testing.assert_allclose(real[key], one[key], rtol=1e-5, atol=1e-7, err_msg=key)
+            else:
+                assert np.array_equal(real[key], one[key]), key
+        assert real["user_keys"].size > 0 and real["losses"][-1] < real["losses"][0]
+        saved = sorted(os.listdir(tmp_path / f"{backend}-mpi"))
+        assert "model-12.index" in saved and "sparse-model-12" in saved
+    for rank in (0, 1):
+        assert np.load(tmp_path / f"threads-{rank}.npy").tolist() == [max(1, (os.cpu_count() or 1) // 2), 2]
+    # mxrec-ref train's Wide&Deep job (train.run) on 2 ranks of 64 examples vs one process of 128
+    with np.load(tmp_path / "train-mpi.npz") as a, np.load(tmp_path / "train-one.npz") as b:
+        real, one = dict(a), dict(b)
+    assert int(real["ranks"]) == 2 and np.array_equal(real["size"], one["size"])
+    np.testing.assert_allclose(real["test_auc"], one["test_auc"], rtol=1e-4)
+    np.testing.assert_allclose(real["test_loss"], one["test_loss"], rtol=1e-4)
