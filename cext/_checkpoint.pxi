@@ -55,14 +55,18 @@ def load_rows(FastCore core not None, Py_ssize_t capacity, values, slot_arrays):
     [n, dim] each, in slot order) and count as handed out (CKPT-6); the
     keys come with load_entries."""
     cdef Py_ssize_t n = len(values), s
+    cdef size_t n_bytes = n * core.dim * sizeof(float)
     cdef const float[:, ::1] source
+    cdef float* target
     _release_hot(core)   # an import replaces every row: no key stays hot
     ensure_rows(core, n, capacity)
     for s, array in enumerate([values] + list(slot_arrays)):
         source = np.ascontiguousarray(array, dtype=np.float32).reshape(n, core.dim)
         if n:
-            memcpy(_values(core) if s == 0 else _slot_data(core, s - 1), &source[0, 0],
-                   n * core.dim * sizeof(float))
+            target = _values(core) if s == 0 else _slot_data(core, s - 1)
+            with nogil:   # fault the fresh rows in with one call, not one page fault per page
+                fast_buffer_populate(target, n_bytes)
+                memcpy(target, &source[0, 0], n_bytes)
     core.next_row = n
 
 
@@ -78,6 +82,9 @@ def load_entries(FastCore core not None, const int64_t[::1] keys, const int64_t[
     _release_hot(core)   # an import replaces every row: no key stays hot
     _reserve_history(core, n, 0 if with_rows else n)
     with nogil:
+        if with_rows and n:   # fresh entries: faulted in with one call each (load_rows made room)
+            fast_buffer_populate(core.row_entries, n * sizeof(Entry))
+            fast_buffer_populate(core.row_live, n * sizeof(uint8_t))
         for i in range(n):
             tag = _find(core, keys[i])
             if with_rows:
