@@ -1,6 +1,6 @@
 # Checkpoints (spec/checkpoint.md): the core's entries and rows out, and back in.
 # Twin of mxrec_ref/ref/checkpoint.py and mxrec_ref/fast/checkpoint.py: export_entries and
-# copy_rows (CON-6), load_rows and load_entries (CKPT-2, CKPT-6).
+# copy_rows (CON-6), reserve_rows, load_rows and load_entries (CKPT-2, CKPT-6).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 
@@ -48,6 +48,14 @@ def copy_rows(FastCore core not None, const int64_t[::1] rows, Py_ssize_t slot):
                 fast_prefetch(source + rows[j + AHEAD] * dim)
             memcpy(&o_view[j, 0], source + rows[j] * dim, dim * sizeof(float))
     return out
+
+
+def reserve_rows(FastCore core not None, Py_ssize_t n, Py_ssize_t capacity):
+    """Import, first step: no key stays hot, and rows [0, n) exist (allocation only), so
+    that load_rows (the values) and load_entries (the keys) touch disjoint memory and may
+    run side by side on two threads."""
+    _release_hot(core)
+    ensure_rows(core, n, capacity)
 
 
 def load_rows(FastCore core not None, Py_ssize_t capacity, values, slot_arrays):

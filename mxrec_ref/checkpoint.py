@@ -516,6 +516,7 @@ def _write_manifest(folder: Path, digests: dict[str, tuple[int, int]]) -> None:
 # as zlib.crc32, os.write, os.readv and os.fsync release the GIL.
 CHUNK_BYTES = 1 << 22
 IO_THREADS = 4
+TABLE_THREADS = 4        # tables the TF Saver writes side by side (mxrec_ref/tf/saver.py)
 
 
 def _write_durably(path: Path, data) -> tuple[int, int]:
