@@ -6,7 +6,8 @@
 
 def export_entries(FastCore core not None, bint admitted):
     """(keys ascending, counts, last_seen, rows) of the admitted keys, or of
-    the pending keys (rows -1) when ``admitted`` is False."""
+    the pending keys (rows -1) when ``admitted`` is False; streamed in row order
+    without a sort when that is key order."""
     cdef Py_ssize_t r, n = 0, k = 0
     cdef Entry* entry
     with nogil:
@@ -30,6 +31,14 @@ def export_entries(FastCore core not None, bint admitted):
             s_view[k] = entry.last_seen
             r_view[k] = r if admitted else EMPTY
             k += 1
+    cdef bint ascending = True
+    with nogil:   # rows in key order already (after a load, CKPT-6, until new keys come): no sort
+        for r in range(1, n):
+            if k_view[r] <= k_view[r - 1]:
+                ascending = False
+                break
+    if ascending:
+        return keys, counts, last_seen, rows
     order = np.argsort(keys)  # keys are distinct: any sort gives the same order
     return keys[order], counts[order], last_seen[order], rows[order]
 
