@@ -24,6 +24,11 @@ between the two renames.  A reader opens the table folder once and reads
 every file through that descriptor (``openat``): files are never changed
 once written, so it reads one complete version, or finds a file gone because
 a concurrent save deleted that version, and reads again (CKPT-11).
+
+The I/O makes one pass over the bytes (CKPT-12): a table's data files are
+written on a few threads straight from the exported arrays, each CRC-32 taken
+piece by piece as the piece is written, so the manifest needs no read-back; a
+load reads the files on a few threads and checksums each piece as it arrives.
 """
 from __future__ import annotations
 
