@@ -1,12 +1,13 @@
 # Checkpoints (spec/checkpoint.md): the core's entries and rows out, and back in.
 # Twin of mxrec_ref/ref/checkpoint.py and mxrec_ref/fast/checkpoint.py: export_entries and
-# copy_rows (CON-6), load_rows and load_entries (CKPT-2, CKPT-6).
+# copy_rows (CON-6), reserve_rows, load_rows and load_entries (CKPT-2, CKPT-6).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 
 def export_entries(FastCore core not None, bint admitted):
     """(keys ascending, counts, last_seen, rows) of the admitted keys, or of
-    the pending keys (rows -1) when ``admitted`` is False."""
+    the pending keys (rows -1) when ``admitted`` is False; streamed in row order
+    without a sort when that is key order."""
     cdef Py_ssize_t r, n = 0, k = 0
     cdef Entry* entry
     with nogil:
@@ -30,6 +31,14 @@ def export_entries(FastCore core not None, bint admitted):
             s_view[k] = entry.last_seen
             r_view[k] = r if admitted else EMPTY
             k += 1
+    cdef bint ascending = True
+    with nogil:   # rows in key order already (after a load, CKPT-6, until new keys come): no sort
+        for r in range(1, n):
+            if k_view[r] <= k_view[r - 1]:
+                ascending = False
+                break
+    if ascending:
+        return keys, counts, last_seen, rows
     order = np.argsort(keys)  # keys are distinct: any sort gives the same order
     return keys[order], counts[order], last_seen[order], rows[order]
 
@@ -50,19 +59,31 @@ def copy_rows(FastCore core not None, const int64_t[::1] rows, Py_ssize_t slot):
     return out
 
 
+def reserve_rows(FastCore core not None, Py_ssize_t n, Py_ssize_t capacity):
+    """Import, first step: no key stays hot, and rows [0, n) exist (allocation only), so
+    that load_rows (the values) and load_entries (the keys) touch disjoint memory and may
+    run side by side on two threads."""
+    _release_hot(core)
+    ensure_rows(core, n, capacity)
+
+
 def load_rows(FastCore core not None, Py_ssize_t capacity, values, slot_arrays):
     """Import: rows [0, n) take ``values`` and ``slot_arrays`` (float32
     [n, dim] each, in slot order) and count as handed out (CKPT-6); the
     keys come with load_entries."""
     cdef Py_ssize_t n = len(values), s
+    cdef size_t n_bytes = n * core.dim * sizeof(float)
     cdef const float[:, ::1] source
+    cdef float* target
     _release_hot(core)   # an import replaces every row: no key stays hot
     ensure_rows(core, n, capacity)
     for s, array in enumerate([values] + list(slot_arrays)):
         source = np.ascontiguousarray(array, dtype=np.float32).reshape(n, core.dim)
         if n:
-            memcpy(_values(core) if s == 0 else _slot_data(core, s - 1), &source[0, 0],
-                   n * core.dim * sizeof(float))
+            target = _values(core) if s == 0 else _slot_data(core, s - 1)
+            with nogil:   # fault the fresh rows in with one call, not one page fault per page
+                fast_buffer_populate(target, n_bytes)
+                memcpy(target, &source[0, 0], n_bytes)
     core.next_row = n
 
 
@@ -78,6 +99,9 @@ def load_entries(FastCore core not None, const int64_t[::1] keys, const int64_t[
     _release_hot(core)   # an import replaces every row: no key stays hot
     _reserve_history(core, n, 0 if with_rows else n)
     with nogil:
+        if with_rows and n:   # fresh entries: faulted in with one call each (load_rows made room)
+            fast_buffer_populate(core.row_entries, n * sizeof(Entry))
+            fast_buffer_populate(core.row_live, n * sizeof(uint8_t))
         for i in range(n):
             tag = _find(core, keys[i])
             if with_rows:

@@ -24,6 +24,11 @@ between the two renames.  A reader opens the table folder once and reads
 every file through that descriptor (``openat``): files are never changed
 once written, so it reads one complete version, or finds a file gone because
 a concurrent save deleted that version, and reads again (CKPT-11).
+
+The I/O makes one pass over the bytes (CKPT-12): a table's data files are
+written on a few threads straight from the exported arrays, each CRC-32 taken
+piece by piece as the piece is written, so the manifest needs no read-back; a
+load reads the files on a few threads and checksums each piece as it arrives.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ import re
 import shutil
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -137,23 +143,30 @@ def checked_directory(directory, table: str) -> str:
 
 def _write_files(folder: Path, optimizer: SparseOptimizer, state: TableState, meta: dict,
                  removed: np.ndarray | None) -> None:
-    n, dim = meta["n_keys"], meta["dim"]
-    _write_slice(folder, "key", state.keys.astype(_INT64, copy=False), [n, 8])
-    _write_slice(folder, "embedding", state.values.astype(_FLOAT32, copy=False), [n, dim, 4])
-    for slot in optimizer.slot_names:
-        _write_slice(folder, optimizer.checkpoint_slot_name(slot), state.slots[slot].astype(_FLOAT32, copy=False),
-                     [n, dim, 4])
-    feat = np.concatenate([
-        np.stack([state.keys, state.counts, state.last_seen], axis=1).reshape(-1, 3),
-        np.stack([state.pending_keys, state.pending_counts, state.pending_last_seen], axis=1).reshape(-1, 3),
-    ]).astype(_INT64)
-    _write_slice(folder, "feat_info", feat, [len(feat), 3, 8])
+    n, m, dim = meta["n_keys"], meta["n_pending"], meta["dim"]
+    feat = np.empty((n + m, 3), dtype=_INT64)      # filled in place: one copy of each column
+    for column, (admitted, pending) in enumerate(((state.keys, state.pending_keys),
+                                                  (state.counts, state.pending_counts),
+                                                  (state.last_seen, state.pending_last_seen))):
+        feat[:n, column] = admitted
+        feat[n:, column] = pending
+    slices = [("key", state.keys.astype(_INT64, copy=False), [n, 8]),
+              ("embedding", state.values.astype(_FLOAT32, copy=False), [n, dim, 4])]
+    slices += [(optimizer.checkpoint_slot_name(slot), state.slots[slot].astype(_FLOAT32, copy=False), [n, dim, 4])
+               for slot in optimizer.slot_names]
+    slices.append(("feat_info", feat, [n + m, 3, 8]))
     if removed is not None:
-        _write_slice(folder, "removed", removed.astype(_INT64, copy=False), [len(removed), 8])
-    _write_file(folder, "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
-    _write_manifest(folder)
-    for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
-        _fsync_directory(sub)
+        slices.append(("removed", removed.astype(_INT64, copy=False), [len(removed), 8]))
+    files = []
+    for name, data, attribute in slices:
+        (folder / name).mkdir()
+        files += [(f"{name}/slice.data", np.ascontiguousarray(data)),
+                  (f"{name}/slice.attribute", np.asarray(attribute, dtype=_INT64))]
+    digests = _write_in_parallel(folder, files)
+    digests["meta.json"] = _write_file(folder, "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+    _write_manifest(folder, digests)
+    for name, _, _ in sorted(slices):
+        _fsync_directory(folder / name)
     _fsync_directory(folder)
     fault_point("fsync folder")
 
@@ -292,10 +305,10 @@ def _same_folder(fd: int, path: Path) -> bool:
     return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _read_verified_files(fd: int, folder: Path, table: str) -> dict[str, bytearray]:
+def _read_verified_files(fd: int, folder: Path, table: str) -> dict[str, np.ndarray]:
     """Every file the manifest lists, read through ``fd``, sizes and CRC-32s checked (CKPT-8)."""
     try:
-        manifest = _read_at(fd, MANIFEST)
+        manifest, _ = _read_at(fd, MANIFEST)
     except FileNotFoundError:
         raise _Vanished(MANIFEST, "manifest is missing: the table was not written completely") from None
     except OSError as error:
@@ -306,42 +319,56 @@ def _read_verified_files(fd: int, folder: Path, table: str) -> dict[str, bytearr
             raise ValueError("'files' is not a mapping")
     except (ValueError, KeyError, TypeError) as exc:
         _corrupt(table, folder / MANIFEST, f"unreadable manifest ({exc})")
-    files = {}
-    for name, entry in sorted(entries.items()):
+    names = sorted(entries)
+    for name in names:
+        entry = entries[name]
         if not isinstance(entry, dict) or os.path.isabs(name) or ".." in Path(name).parts:
             _corrupt(table, folder / MANIFEST, f"malformed entry {name!r}")
+    files = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(IO_THREADS, len(names))),
+                            thread_name_prefix="mxrec-ckpt-read") as pool:
+        futures = [pool.submit(_read_at, fd, name) for name in names]
         try:
-            data = _read_at(fd, name)
-        except (FileNotFoundError, NotADirectoryError):
-            raise _Vanished(name, "file listed in the manifest is missing") from None
-        except OSError as error:
-            _corrupt(table, folder / name, f"cannot be read ({error.strerror or error})")
-        if len(data) != entry.get("bytes"):
-            _corrupt(table, folder / name, f"holds {len(data)} bytes, the manifest says {entry.get('bytes')}")
-        if f"{zlib.crc32(data):08x}" != entry.get("crc32"):
-            _corrupt(table, folder / name, "checksum differs from the manifest: the file is corrupted")
-        files[name] = data
+            for name, future in zip(names, futures):     # the first problem in name order is reported
+                entry = entries[name]
+                try:
+                    data, crc = future.result()
+                except (FileNotFoundError, NotADirectoryError):
+                    raise _Vanished(name, "file listed in the manifest is missing") from None
+                except OSError as error:
+                    _corrupt(table, folder / name, f"cannot be read ({error.strerror or error})")
+                if len(data) != entry.get("bytes"):
+                    _corrupt(table, folder / name, f"holds {len(data)} bytes, the manifest says {entry.get('bytes')}")
+                if f"{crc:08x}" != entry.get("crc32"):
+                    _corrupt(table, folder / name, "checksum differs from the manifest: the file is corrupted")
+                files[name] = data
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
     return files
 
 
-def _read_at(fd: int, name: str) -> bytearray:
-    """The whole file ``name`` under the folder ``fd``, into writable memory."""
-    file = os.open(name, os.O_RDONLY, dir_fd=fd)
+def _read_at(fd: int, name: str) -> tuple[np.ndarray, int]:
+    """The whole file ``name`` under the folder ``fd``, into writable memory (uint8, not
+    zero-filled first), and the CRC-32 of its bytes, taken piece by piece as they are read (CKPT-12)."""
+    file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
     try:
         size = os.fstat(file).st_size
-        data = bytearray(size)
-        view, done = memoryview(data), 0
+        data = np.empty(size, dtype=np.uint8)
+        view, done, crc = memoryview(data), 0, 0
         while done < size:
-            n = os.readv(file, [view[done:]])
+            n = os.readv(file, [view[done:min(size, done + CHUNK_BYTES)]])
             if n == 0:
                 break
+            crc = zlib.crc32(view[done:done + n], crc)
             done += n
-        return data if done == size else data[:done]
+        return (data if done == size else data[:done]), crc
     finally:
         os.close(file)
 
 
-def _decode(files: dict[str, bytearray], folder: Path, config: TableConfig, optimizer: SparseOptimizer,
+def _decode(files: dict[str, np.ndarray], folder: Path, config: TableConfig, optimizer: SparseOptimizer,
             slots_required: bool):
     """(meta, state, removed or None) from a version's verified files, fully validated (CKPT-5)."""
     table = config.name
@@ -480,38 +507,65 @@ def delta_bases(directory) -> list[str]:
 MANIFEST = "manifest.json"
 
 
-def _file_digest(path: Path) -> str:
-    """CRC-32 of the file: catches flipped bytes and truncation at memory
-    speed (a cryptographic hash would triple the time of a save)."""
-    crc = 0
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            crc = zlib.crc32(block, crc)
-    return f"{crc:08x}"
-
-
-def _write_manifest(folder: Path) -> None:
-    """Every file of the table with its size and CRC-32, written last (CKPT-8)."""
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    entries = {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "crc32": _file_digest(p)} for p in files}
+def _write_manifest(folder: Path, digests: dict[str, tuple[int, int]]) -> None:
+    """Every file of the table with its size and CRC-32, written last (CKPT-8).  The
+    digests were taken from the bytes as they were written (CKPT-12): nothing is read back."""
+    entries = {name: {"bytes": size, "crc32": f"{crc:08x}"} for name, (size, crc) in sorted(digests.items())}
     _write_file(folder, MANIFEST, json.dumps({"format_version": FORMAT_VERSION, "files": entries}, indent=1,
                                              sort_keys=True).encode())
 
 
 # ------------------------------------------------------------------ files
-def _write_file(folder: Path, name: str, data) -> None:
-    """Write and fsync one file (CKPT-8: durable before the switch)."""
-    with open(folder / name, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+# Files are written and read in pieces of this many bytes, each checksummed while it is in
+# the cache (CKPT-12); the data files of a table are written by up to IO_THREADS threads,
+# as zlib.crc32, os.write, os.readv and os.fsync release the GIL.
+CHUNK_BYTES = 1 << 22
+IO_THREADS = 4
+TABLE_THREADS = 4        # tables the TF Saver writes side by side (mxrec_ref/tf/saver.py)
+
+
+def _write_durably(path: Path, data) -> tuple[int, int]:
+    """Write ``data`` (a buffer) to a new file and fsync it (CKPT-8); returns its
+    (size, CRC-32), taken in the same pass over the bytes as the write (CKPT-12)."""
+    view = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
+    crc = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        for start in range(0, len(view), CHUNK_BYTES):
+            chunk = view[start:start + CHUNK_BYTES]
+            crc = zlib.crc32(chunk, crc)
+            while chunk:
+                chunk = chunk[os.write(fd, chunk):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return len(view), crc
+
+
+def _write_file(folder: Path, name: str, data) -> tuple[int, int]:
+    """Write and fsync one file (CKPT-8: durable before the switch); its (size, CRC-32)."""
+    digest = _write_durably(folder / name, data)
     fault_point(f"fsync {name}")
+    return digest
 
 
-def _write_slice(folder: Path, name: str, data: np.ndarray, attribute: list[int]) -> None:
-    (folder / name).mkdir()
-    _write_file(folder, f"{name}/slice.data", np.ascontiguousarray(data).data)
-    _write_file(folder, f"{name}/slice.attribute", np.asarray(attribute, dtype=_INT64).tobytes())
+def _write_in_parallel(folder: Path, files: list[tuple[str, np.ndarray]]) -> dict[str, tuple[int, int]]:
+    """Write and fsync ``files`` (name, buffer) on a pool of threads; the fault hook
+    still names each file in the order given, once it is durable (CKPT-8), so the
+    steps a kill test sees do not depend on thread timing."""
+    digests = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(IO_THREADS, len(files))),
+                            thread_name_prefix="mxrec-ckpt-write") as pool:
+        futures = [pool.submit(_write_durably, folder / name, data) for name, data in files]
+        try:
+            for (name, _), future in zip(files, futures):
+                digests[name] = future.result()
+                fault_point(f"fsync {name}")
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return digests
 
 
 def _read_slice(files: dict, folder: Path, name: str, dtype: np.dtype, attribute: list[int],

@@ -168,7 +168,8 @@ def test_committed_history_lines_are_runs():
 
 
 # Every ratio the suites measure: bench/test_store_bench.py, test_train_bench.py, test_checkpoint_bench.py
-# (8), test_tier_bench.py (4) and test_hot_bench.py (8); all 20 in the baseline of 2026-12-04.
+# (8), test_tier_bench.py (4) and test_hot_bench.py (8); all 20 in the baseline of 2026-12-04; issue 16 adds
+# 6 checkpoint ratios (test_checkpoint_bench.py: 8 in all).
 EVERY_RATIO = {
     "insert: ref / fast | reference",
     "lookup-with-insert: TF / fast | DenseHashTable",
@@ -178,6 +179,10 @@ EVERY_RATIO = {
     "training: dynamic / static examples per second | tf.Variable + embedding_lookup",
     "checkpoint save: fast / file copy | shutil.copytree",
     "checkpoint load: fast / file copy | shutil.copytree",
+    # issue 16: the durable copy (copytree + fsync of every file) and the 100k-key table
+    *(f"checkpoint {kind}{size}: fast / file copy | shutil.copytree{durable}"
+      for kind in ("save", "load") for size in ("", " 100k") for durable in ("", " + fsync")
+      if (size, durable) != ("", "")),
     "tiers: mode / HBM, same sequence | DDR",
     "tiers: mode / HBM, same sequence | SSD",
     "SSD write: disk tier / sequential file write | sequential file write",
@@ -188,7 +193,7 @@ EVERY_RATIO = {
 
 
 def test_committed_baseline_has_every_ratio():
-    assert len(EVERY_RATIO) == 20
+    assert len(EVERY_RATIO) == 26
     assert set(json.loads(benchmarks.BASELINE.read_text())["ratios"]) == EVERY_RATIO
 
 
@@ -198,7 +203,7 @@ def test_compare_against_the_committed_baseline_checks_every_ratio(capsys, tmp_p
     run.write_text(benchmarks.BASELINE.read_text())
     assert cli.main(["bench", "--from-json", str(run), "--compare"]) == 0
     out = capsys.readouterr().out
-    assert "20 of 20 ratios within 30% of the baseline; 0 problems" in out
+    assert f"{len(EVERY_RATIO)} of {len(EVERY_RATIO)} ratios within 30% of the baseline; 0 problems" in out
 
 
 def test_ratio_reduction_lives_in_the_package_and_bench_ratios_prints_it(capsys, tmp_path):

@@ -13,11 +13,12 @@ import json
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tensorflow as tf
 
-from ..checkpoint import delta_bases, fault_point
+from ..checkpoint import TABLE_THREADS, delta_bases, fault_point
 from . import config_initializer
 from .config_initializer import ConfigInitializer
 from .distributed import rank_id, rank_size, shared_path, world_barrier
@@ -44,9 +45,21 @@ def _write_atomically(path: str, text: str) -> None:
 def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
     target = sparse_dir(checkpoint_path)
     saved = [t for t in ConfigInitializer.get_instance().tables.values() if t.is_save]
-    for table in saved:
-        table.store.save(target, incremental=incremental)
-        fault_point(f"saver: table {table.table_name!r} written")
+    # the tables are written side by side (their I/O releases the GIL, CKPT-12); the hook
+    # names them in table order, each once it is in place, whatever order they finish in.  A
+    # sharded table's save is collective (SHARD-8): on several ranks they go one after another,
+    # in table order, so every rank makes the same calls in the same order.
+    threads = max(1, min(TABLE_THREADS, len(saved))) if rank_size() == 1 else 1
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="mxrec-saver") as pool:
+        writes = [pool.submit(table.store.save, target, incremental=incremental) for table in saved]
+        try:
+            for table, write in zip(saved, writes):
+                write.result()
+                fault_point(f"saver: table {table.table_name!r} written")
+        except BaseException:
+            for write in writes:
+                write.cancel()
+            raise
     if saved and rank_id() == 0:
         # the step a graph without a global step gives its lookups (TF-5): restored with the tables
         _write_atomically(os.path.join(target, TRAIN_STEPS_FILE),
