@@ -34,6 +34,7 @@ from ..errors import CapacityError, DiskFullError, UsageError
 from ..optimizers import SparseOptimizer
 from ..state import PADDING_KEY, TableState
 from .disk import DiskTier
+from .placement import HostOrder
 
 # The tier counters a tiered store adds to stats() (spec/tiers.md, TIER-10).
 TIER_COUNTERS = ("host_to_device_rows", "device_to_host_rows", "host_to_disk_rows", "disk_to_host_rows")
@@ -62,7 +63,9 @@ class TieredStore(Store):
         self.backend_name = inner.backend_name
         self._device = inner.device_placement(config.device_vocabulary_size)
         self._disk = None
+        self._host_order = None
         if config.ssd_vocabulary_size > 0:
+            self._host_order = HostOrder()   # TIER-5's order, kept incrementally (TIER-12)
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
                                   folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
             # The disk tier is working storage, not a checkpoint: its files go with the store.
@@ -91,6 +94,7 @@ class TieredStore(Store):
         result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
         if train:
             self._put_on_device(result, in_memory_before)
+        self._note_host(distinct[distinct != PADDING_KEY])
         self._spill_to_disk()
         return dataclasses.replace(result, store_id=id(self))
 
@@ -101,13 +105,16 @@ class TieredStore(Store):
         unique = result.unique_keys[:result.n_unique]
         moved_up = held & in_memory_before & ~self._device.contains(unique)
         self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
-        self._tier_counters["device_to_host_rows"] += len(self._device.touch(unique[held]))
+        sent_back = self._device.touch(unique[held])
+        self._tier_counters["device_to_host_rows"] += len(sent_back)
+        self._note_host(sent_back)
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
         self._make_room_on_host()
         self._bring_back(keys[mask])
         applied = self._inner._apply(keys, grads, mask, step)
+        self._note_host(keys[mask])
         self._spill_to_disk()
         return applied
 
@@ -144,10 +151,57 @@ class TieredStore(Store):
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
 
     def _host_keys(self):
-        """(keys, counts, last_seen) of the rows in host memory and not on the device."""
+        """(keys, counts, last_seen) of the rows in host memory and not on the device:
+        a pass over every row, for rebuilding the host order only (load, stale heap)."""
         keys, counts, last_seen = self._inner._admitted_entries()
         host = ~self._device.contains(keys)
         return keys[host], counts[host], last_seen[host]
+
+    def _note_host(self, keys: np.ndarray) -> None:
+        """SSD mode: give the host rows among ``keys`` (repeats and keys without a row
+        allowed) an entry with their current count and last-seen time in the host
+        order (TIER-12); O(len(keys)).  Rebuild the order once stale entries dominate."""
+        if self._host_order is None or len(keys) == 0:
+            return
+        host_rows = self._inner.size() - len(self._device)
+        if len(self._host_order) + len(keys) > 2 * host_rows + 4096:
+            self._host_order.reset(*self._host_keys())
+            return
+        keys = np.unique(keys)
+        keys = keys[(self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)]
+        if len(keys):
+            _, _, counts, last_seen = self._inner._rows_of(keys)
+            self._host_order.push(keys, counts, last_seen)
+
+    def _spill_victims(self, excess: int):
+        """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
+        entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
+        stale entries) -- never a pass over the host rows."""
+        chosen_keys, chosen = [], []
+        taken: set[int] = set()
+        while len(taken) < excess:
+            popped = self._host_order.pop(excess - len(taken))
+            if not popped:
+                raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
+            counts, last_seen, keys = (np.array(column, dtype=np.int64) for column in zip(*popped))
+            fresh = np.array([key not in taken for key in keys.tolist()], dtype=bool)
+            fresh &= (self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)
+            if not fresh.any():
+                continue
+            at = np.flatnonzero(fresh)
+            values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
+            current = (now_counts == counts[at]) & (now_seen == last_seen[at])
+            at, keep = at[current], np.flatnonzero(current)
+            taken.update(keys[at].tolist())
+            chosen_keys.append(keys[at])
+            chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
+                           now_counts[keep], now_seen[keep]))
+        keys = np.concatenate(chosen_keys) if chosen_keys else np.zeros(0, np.int64)
+        values = np.concatenate([part[0] for part in chosen]) if chosen else None
+        slots = {name: np.concatenate([part[1][name] for part in chosen]) for name in self.optimizer.slot_names}
+        counts = np.concatenate([part[2] for part in chosen]) if chosen else None
+        last_seen = np.concatenate([part[3] for part in chosen]) if chosen else None
+        return keys, values, slots, counts, last_seen
 
     def _spill_to_disk(self) -> Exception | None:
         """SSD mode: move the least frequently used host rows (ties: least
@@ -160,13 +214,12 @@ class TieredStore(Store):
         excess = self._inner.size() - len(self._device) - self.config.host_vocabulary_size
         if excess <= 0:
             return None
-        keys, counts, last_seen = self._host_keys()
-        victims = keys[np.lexsort((keys, last_seen, counts))[:excess]]
-        values, slots, counts, last_seen = self._inner._rows_of(victims)
+        victims, values, slots, counts, last_seen = self._spill_victims(excess)
         try:
             self._disk.write(victims, values, [slots[name] for name in self.optimizer.slot_names], counts, last_seen)
         except DiskFullError as error:
             logger.warning("table %r: disk full: %d rows stay in host memory: %s", self.name, len(victims), error)
+            self._host_order.push(victims, counts, last_seen)      # they stay host rows
             return error
         self._inner._drop_rows(victims)
         self._tier_counters["host_to_disk_rows"] += len(victims)
@@ -237,6 +290,8 @@ class TieredStore(Store):
             self._disk.clear()
         self._device.clear()
         self._inner._import_state(state)
+        if self._host_order is not None:
+            self._host_order.reset(*self._host_keys())
         self._spill_to_disk()
 
     def _key_limit(self) -> None:
