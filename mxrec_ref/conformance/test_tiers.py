@@ -278,7 +278,9 @@ def _lru_oracle(last_use: dict, device_rows: int) -> list:
 @pytest.mark.parametrize("placement", ["ref", "fast"])
 def test_tier_12_tick_buckets_choose_what_a_full_sort_chooses(placement):
     device_rows = 40
-    tier = (RefDevicePlacement if placement == "ref" else FastDevicePlacement)(device_rows)
+    row_of = {key: 3 * key + 1 for key in range(200)}   # a stand-in store: every key holds a fixed row
+    handles = lambda keys: np.array([row_of[k] for k in np.asarray(keys).tolist()], dtype=np.int64)  # noqa: E731
+    tier = (RefDevicePlacement if placement == "ref" else FastDevicePlacement)(device_rows, handles)
     rng = np.random.default_rng(12)
     last_use, tick = {}, 0
     for _ in range(400):      # enough touches to rebuild the buckets from stale entries several times
@@ -295,9 +297,11 @@ def test_tier_12_tick_buckets_choose_what_a_full_sort_chooses(placement):
             expected = _lru_oracle(last_use, device_rows)
             for key in expected:
                 del last_use[key]
-            assert tier.touch(batch).tolist() == expected
+            was = [key in tier.keys().tolist() for key in batch.tolist()]
+            victims, was_on_device = tier.touch(batch)
+            assert victims.tolist() == expected and was_on_device.tolist() == was
         assert tier.keys().tolist() == sorted(last_use)
-        assert len(tier._buckets) <= 2 * device_rows + 1024 + device_rows   # stale entries stay bounded
+        assert tier._entries <= 2 * device_rows + 1024 + device_rows   # stale entries stay bounded
 
 
 def test_tier_12_the_host_heap_spills_in_tier_5_order(backend, tmp_path):

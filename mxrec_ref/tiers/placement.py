@@ -19,7 +19,8 @@ keeps it O(device rows) in memory and O(1) amortised per touch.
 
 Two implementations with one interface, as everywhere in mxrec-ref: the
 reference (a dict and a deque of lists, written to be read) and the fast one
-(the same buckets as numpy arrays, the map as arrays sorted by key).  The
+(the same buckets as numpy arrays, the map as arrays indexed by the store's
+row of each key, found by the store's hash probe).  The
 conformance suite checks that they agree after every call.
 """
 from __future__ import annotations
@@ -29,15 +30,12 @@ from collections import deque
 
 import numpy as np
 
-_EMPTY = np.zeros(0, dtype=np.int64)
-
-
 class RefDevicePlacement:
     """The device tier as a dict key -> tick of its last use, and the tick
     buckets (a deque of [tick, keys sorted, next position]) in tick order."""
 
-    def __init__(self, device_rows: int):
-        self.device_rows = device_rows
+    def __init__(self, device_rows: int, row_handles=None):
+        self.device_rows = device_rows      # row_handles: the fast twin's need; keys suffice here
         self._last_use: dict[int, int] = {}
         self._buckets: deque = deque()
         self._entries = 0       # keys in the buckets, stale ones included
@@ -52,10 +50,12 @@ class RefDevicePlacement:
     def contains(self, keys: np.ndarray) -> np.ndarray:
         return np.array([k in self._last_use for k in keys.tolist()], dtype=bool)
 
-    def touch(self, keys: np.ndarray) -> np.ndarray:
+    def touch(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Make ``keys`` (distinct) device rows used now; returns the rows sent
-        back to the host to stay within budget, in the order chosen."""
+        back to the host to stay within budget, in the order chosen, and
+        whether each of ``keys`` was on the device before."""
         self._tick += 1
+        was_on_device = np.array([key in self._last_use for key in keys.tolist()], dtype=bool)
         bucket = sorted(keys.tolist())
         for key in bucket:
             self._last_use[key] = self._tick
@@ -75,7 +75,7 @@ class RefDevicePlacement:
                 del self._last_use[key]
                 victims.append(key)
         self._compact()
-        return np.array(victims, dtype=np.int64)
+        return np.array(victims, dtype=np.int64), was_on_device
 
     def forget(self, keys: np.ndarray) -> None:
         """Rows that left memory (evicted, or moved to disk); their bucket entries go stale."""
@@ -100,96 +100,112 @@ class RefDevicePlacement:
 
 
 class FastDevicePlacement:
-    """The device tier as parallel arrays sorted by key (keys, last-use
-    ticks), and the tick buckets as a deque of [tick, keys sorted (numpy),
-    next position]: the same order as the reference, vectorised per bucket."""
+    """The device tier indexed by the in-memory row of each key (a key keeps
+    its row while it is in memory, EXP-4): per row the tick of its last use
+    (-1: not on the device) and its key, so membership is one gather after the
+    store's own hash probe, never a search of the tier; the tick buckets are a
+    deque of [tick, keys sorted, their rows, next position] -- the same order
+    as the reference, vectorised per bucket."""
 
-    def __init__(self, device_rows: int):
+    def __init__(self, device_rows: int, row_handles=None):
+        if row_handles is None:
+            raise ValueError("FastDevicePlacement needs the store's row_handles")
         self.device_rows = device_rows
-        self._keys = _EMPTY
-        self._last_use = _EMPTY
+        self._row_handles = row_handles
+        self._tick_of_row = np.full(1024, -1, dtype=np.int64)
+        self._key_of_row = np.zeros(1024, dtype=np.int64)
+        self._n = 0
         self._buckets: deque = deque()
         self._entries = 0
         self._tick = 0
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._n
 
     def keys(self) -> np.ndarray:
-        return self._keys.copy()
+        return np.sort(self._key_of_row[self._tick_of_row >= 0])
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
-        return _member(self._keys, keys)
+        keys = np.asarray(keys, dtype=np.int64)
+        return self._on_device(self._row_handles(keys), keys)
 
-    def touch(self, keys: np.ndarray) -> np.ndarray:
+    def _on_device(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        inside = (rows >= 0) & (rows < len(self._tick_of_row))
+        at = np.where(inside, rows, 0)
+        return inside & (self._tick_of_row[at] >= 0) & (self._key_of_row[at] == keys)
+
+    def touch(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         self._tick += 1
-        bucket = np.sort(np.asarray(keys, dtype=np.int64))
-        at = np.searchsorted(self._keys, bucket)
-        held = _member(self._keys, bucket)
-        self._last_use[at[held]] = self._tick
-        fresh = ~held
-        if fresh.any():     # one memmove of the arrays, no sort of the tier
-            self._keys = np.insert(self._keys, at[fresh], bucket[fresh])
-            self._last_use = np.insert(self._last_use, at[fresh], self._tick)
-        self._buckets.append([self._tick, bucket, 0])
-        self._entries += len(bucket)
-        excess = len(self._keys) - self.device_rows
+        keys = np.asarray(keys, dtype=np.int64)
+        rows = self._row_handles(keys)          # every touched key holds a row
+        if len(rows) and rows.max() >= len(self._tick_of_row):
+            grow = max(int(rows.max()) + 1, 2 * len(self._tick_of_row))
+            self._tick_of_row = np.concatenate([self._tick_of_row, np.full(grow - len(self._tick_of_row), -1)])
+            self._key_of_row = np.concatenate([self._key_of_row, np.zeros(grow - len(self._key_of_row), np.int64)])
+        was_on_device = self._on_device(rows, keys)
+        self._tick_of_row[rows] = self._tick
+        self._key_of_row[rows] = keys
+        self._n += len(keys) - int(np.count_nonzero(was_on_device))
+        order = np.argsort(keys, kind="stable")
+        self._buckets.append([self._tick, keys[order], rows[order], 0])
+        self._entries += len(keys)
+        victims = self._oldest(self._n - self.device_rows)
+        self._compact()
+        return victims, was_on_device
+
+    def _oldest(self, excess: int) -> np.ndarray:
+        """Take the ``excess`` live entries at the old end of the bucket queue, in order, off the device."""
         chosen = []
         while excess > 0:                  # oldest tick first, by key within a tick
-            tick, bucket, start = entry = self._buckets[0]
+            tick, bucket, rows, start = entry = self._buckets[0]
             if start == len(bucket):
                 self._buckets.popleft()
                 self._entries -= len(bucket)
                 continue
-            rest = bucket[start:]
-            pos = np.searchsorted(self._keys, rest)
-            np.minimum(pos, max(len(self._keys) - 1, 0), out=pos)
-            live = (self._keys[pos] == rest) & (self._last_use[pos] == tick)
+            rest, rest_rows = bucket[start:], rows[start:]
+            live = (self._tick_of_row[rest_rows] == tick) & (self._key_of_row[rest_rows] == rest)
             live_at = np.flatnonzero(live)
             if len(live_at) > excess:      # the bucket is only partly consumed
                 live_at = live_at[:excess]
-                entry[2] = start + int(live_at[-1]) + 1
+                entry[3] = start + int(live_at[-1]) + 1
             else:
-                entry[2] = len(bucket)
+                entry[3] = len(bucket)
+            self._tick_of_row[rest_rows[live_at]] = -1
             chosen.append(rest[live_at])
             excess -= len(live_at)
-        if not chosen:
-            self._compact()
-            return np.zeros(0, dtype=np.int64)
-        victims = np.concatenate(chosen)
-        self._remove(np.sort(victims))
-        self._compact()
+        victims = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        self._n -= len(victims)
         return victims
 
     def forget(self, keys: np.ndarray) -> None:
-        self._remove(np.unique(np.asarray(keys, dtype=np.int64)))
+        """Rows that left memory: their rows may be free already, so they are found by key
+        among the device rows (a pass over the device budget, only on eviction)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if len(keys) == 0 or self._n == 0:
+            return
+        live = np.flatnonzero(self._tick_of_row >= 0)
+        gone = live[np.isin(self._key_of_row[live], keys)]
+        self._tick_of_row[gone] = -1
+        self._n -= len(gone)
         self._compact()
 
     def clear(self) -> None:
-        self._keys = _EMPTY
-        self._last_use = _EMPTY
+        self._tick_of_row[:] = -1
+        self._n = 0
         self._buckets.clear()
         self._entries = 0
 
-    def _remove(self, keys_sorted: np.ndarray) -> None:
-        """Drop ``keys_sorted`` (sorted, distinct) from the map; absent ones are ignored."""
-        if len(keys_sorted) == 0 or len(self._keys) == 0:
-            return
-        pos = np.minimum(np.searchsorted(self._keys, keys_sorted), len(self._keys) - 1)
-        pos = pos[self._keys[pos] == keys_sorted]
-        self._keys = np.delete(self._keys, pos)
-        self._last_use = np.delete(self._last_use, pos)
-
     def _compact(self) -> None:
-        if self._entries <= 2 * len(self._keys) + 1024:
+        if self._entries <= 2 * self._n + 1024:
             return
-        order = np.lexsort((self._keys, self._last_use))
-        ticks, keys = self._last_use[order], self._keys[order]
+        live = np.flatnonzero(self._tick_of_row >= 0)
+        ticks, keys = self._tick_of_row[live], self._key_of_row[live]
+        order = np.lexsort((keys, ticks))
+        ticks, keys, rows = ticks[order], keys[order], live[order]
         cuts = np.flatnonzero(np.diff(ticks)) + 1
-        self._buckets = deque([int(part_ticks[0]), part_keys, 0]
-                              for part_ticks, part_keys in zip(np.split(ticks, cuts), np.split(keys, cuts))
-                              if len(part_keys))
-        self._entries = len(self._keys)
+        self._buckets = deque([int(t[0]), k, r, 0] for t, k, r in
+                              zip(np.split(ticks, cuts), np.split(keys, cuts), np.split(rows, cuts)) if len(k))
+        self._entries = self._n
 
 
 class HostOrder:
@@ -234,11 +250,3 @@ class HostOrder:
 
     def clear(self) -> None:
         self._heap = []
-
-
-def _member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """keys[i] in sorted_keys, for each i (sorted_keys ascending)."""
-    if len(sorted_keys) == 0 or len(keys) == 0:
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys

@@ -61,7 +61,7 @@ class TieredStore(Store):
             raise tier_moves_error(config, backend, inner)
         self._inner = inner
         self.backend_name = inner.backend_name
-        self._device = inner.device_placement(config.device_vocabulary_size)
+        self._device = inner.device_placement(config.device_vocabulary_size, inner.row_handles)
         self._disk = None
         self._host_order = None
         if config.ssd_vocabulary_size > 0:
@@ -103,9 +103,9 @@ class TieredStore(Store):
         now; rows that were in memory before it and off the device moved up."""
         held = result.admitted[:result.n_unique]
         unique = result.unique_keys[:result.n_unique]
-        moved_up = held & in_memory_before & ~self._device.contains(unique)
+        sent_back, was_on_device = self._device.touch(unique[held])
+        moved_up = in_memory_before[:result.n_unique][held] & ~was_on_device
         self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
-        sent_back = self._device.touch(unique[held])
         self._tier_counters["device_to_host_rows"] += len(sent_back)
         self._note_host(sent_back)
 
