@@ -213,10 +213,11 @@ class HostOrder:
     device): least count first, then older last-seen, then smaller key, kept
     as a heap of (count, last_seen, key) with lazy deletion (TIER-12).
 
-    Every host row has an entry with its current (count, last_seen): the
-    wrapper pushes a row when it arrives on the host (sent back from the
-    device, brought back from disk, loaded) and again after every call that
-    touched it.  An entry is stale when its key has left the host or its
+    Every host row has an entry with its current (count, last_seen) by the
+    time the heap is popped: the wrapper notes a row when it arrives on the
+    host (sent back from the device, brought back from disk) and after every
+    call that touched it, and pushes the noted host rows' entries before it
+    pops (a load rebuilds the heap).  An entry is stale when its key has left the host or its
     count or last-seen time changed since; ``candidates`` pops entries in
     heap order and the caller checks them against the store.  One class for
     both backends: the order is the same by construction, and the heap
@@ -225,9 +226,21 @@ class HostOrder:
 
     def __init__(self):
         self._heap: list[tuple[int, int, int]] = []
+        self._noted: list[np.ndarray] = []   # keys to give a fresh entry before the next pop
+        self.noted = 0
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def note(self, keys: np.ndarray) -> None:
+        self._noted.append(keys)
+        self.noted += len(keys)
+
+    def take_noted(self) -> np.ndarray:
+        """The noted keys, distinct and sorted; the note list is emptied."""
+        keys = np.unique(np.concatenate(self._noted)) if self._noted else np.zeros(0, dtype=np.int64)
+        self._noted, self.noted = [], 0
+        return keys
 
     def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
         entries = list(zip(np.asarray(counts).tolist(), np.asarray(last_seen).tolist(),
@@ -245,8 +258,8 @@ class HostOrder:
         return [heapq.heappop(heap) for _ in range(min(n, len(heap)))]
 
     def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
-        self._heap = []
+        self._heap, self._noted, self.noted = [], [], 0
         self.push(keys, counts, last_seen)
 
     def clear(self) -> None:
-        self._heap = []
+        self._heap, self._noted, self.noted = [], [], 0

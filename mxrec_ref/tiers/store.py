@@ -141,6 +141,9 @@ class TieredStore(Store):
         a corrupt record raises before anything changed."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
             return
+        keys = keys[self._inner.row_handles(keys) < 0]     # a key in memory is not on disk: one hash probe
+        if len(keys) == 0:
+            return
         on_disk = np.unique(keys[self._disk.contains(keys)])
         if len(on_disk) == 0:
             return
@@ -158,20 +161,28 @@ class TieredStore(Store):
         return keys[host], counts[host], last_seen[host]
 
     def _note_host(self, keys: np.ndarray) -> None:
-        """SSD mode: give the host rows among ``keys`` (repeats and keys without a row
-        allowed) an entry with their current count and last-seen time in the host
-        order (TIER-12); O(len(keys)).  Rebuild the order once stale entries dominate."""
-        if self._host_order is None or len(keys) == 0:
-            return
+        """SSD mode: ``keys`` (repeats and keys without a row allowed) may have reached host
+        memory or changed their count or last-seen time: note them for the host order
+        (TIER-12).  Only noted here (an array append); ``_update_host_order`` gives them
+        their entries when a spill needs the order, so a step that spills nothing pays
+        nothing for it."""
+        if self._host_order is not None and len(keys):
+            self._host_order.note(np.array(keys, dtype=np.int64))
+
+    def _update_host_order(self) -> None:
+        """Push an entry with the current count and last-seen time for every noted key that is
+        a host row now: O(noted keys).  Rebuild the order from the store (one pass) instead once
+        the noted and stale entries outnumber the host rows, which bounds its memory."""
+        order = self._host_order
         host_rows = self._inner.size() - len(self._device)
-        if len(self._host_order) + len(keys) > 2 * host_rows + 4096:
-            self._host_order.reset(*self._host_keys())
+        if len(order) + order.noted > 2 * host_rows + 4096:
+            order.reset(*self._host_keys())
             return
-        keys = np.unique(keys)
+        keys = order.take_noted()
         keys = keys[(self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)]
         if len(keys):
             _, _, counts, last_seen = self._inner._rows_of(keys)
-            self._host_order.push(keys, counts, last_seen)
+            order.push(keys, counts, last_seen)
 
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
@@ -214,6 +225,7 @@ class TieredStore(Store):
         excess = self._inner.size() - len(self._device) - self.config.host_vocabulary_size
         if excess <= 0:
             return None
+        self._update_host_order()
         victims, values, slots, counts, last_seen = self._spill_victims(excess)
         try:
             self._disk.write(victims, values, [slots[name] for name in self.optimizer.slot_names], counts, last_seen)
