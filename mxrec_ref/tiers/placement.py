@@ -146,8 +146,9 @@ class FastDevicePlacement:
         self._tick_of_row[rows] = self._tick
         self._key_of_row[rows] = keys
         self._n += len(keys) - int(np.count_nonzero(was_on_device))
-        order = np.argsort(keys, kind="stable")
-        self._buckets.append([self._tick, keys[order], rows[order], 0])
+        # Unsorted for now: the bucket is sorted by key when it first reaches the old end of the
+        # queue, after its stale entries are dropped (they never become live again: ticks only grow).
+        self._buckets.append([self._tick, keys, rows, -1])
         self._entries += len(keys)
         victims = self._oldest(self._n - self.device_rows)
         self._compact()
@@ -158,6 +159,14 @@ class FastDevicePlacement:
         chosen = []
         while excess > 0:                  # oldest tick first, by key within a tick
             tick, bucket, rows, start = entry = self._buckets[0]
+            if start < 0:                  # first visit: keep the live entries, sorted by key
+                live = (self._tick_of_row[rows] == tick) & (self._key_of_row[rows] == bucket)
+                bucket, rows = bucket[live], rows[live]
+                order = np.argsort(bucket, kind="stable")
+                self._entries -= len(entry[1]) - len(bucket)
+                bucket, rows = bucket[order], rows[order]
+                entry[1], entry[2], entry[3] = bucket, rows, 0
+                start = 0
             if start == len(bucket):
                 self._buckets.popleft()
                 self._entries -= len(bucket)
