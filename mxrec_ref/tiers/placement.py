@@ -50,10 +50,12 @@ class RefDevicePlacement:
     def contains(self, keys: np.ndarray) -> np.ndarray:
         return np.array([k in self._last_use for k in keys.tolist()], dtype=bool)
 
-    def touch(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Make ``keys`` (distinct) device rows used now; returns the rows sent
         back to the host to stay within budget, in the order chosen, and
-        whether each of ``keys`` was on the device before."""
+        whether each of ``keys`` was on the device before.  ``rows``: the
+        keys' rows where the caller knows them (-1 elsewhere); the fast twin's
+        saving, unused here."""
         self._tick += 1
         was_on_device = np.array([key in self._last_use for key in keys.tolist()], dtype=bool)
         bucket = sorted(keys.tolist())
@@ -134,10 +136,16 @@ class FastDevicePlacement:
         at = np.where(inside, rows, 0)
         return inside & (self._tick_of_row[at] >= 0) & (self._key_of_row[at] == keys)
 
-    def touch(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         self._tick += 1
         keys = np.asarray(keys, dtype=np.int64)
-        rows = self._row_handles(keys)          # every touched key holds a row
+        if rows is None:                        # every touched key holds a row
+            rows = self._row_handles(keys)
+        else:                                   # probe only the rows the caller did not know
+            rows = np.array(rows, dtype=np.int64)
+            unknown = np.flatnonzero(rows < 0)
+            if len(unknown):
+                rows[unknown] = self._row_handles(keys[unknown])
         if len(rows) and rows.max() >= len(self._tick_of_row):
             grow = max(int(rows.max()) + 1, 2 * len(self._tick_of_row))
             self._tick_of_row = np.concatenate([self._tick_of_row, np.full(grow - len(self._tick_of_row), -1)])
