@@ -10,6 +10,7 @@ import pytest
 from mxrec_ref import (Adagrad, CapacityError, ConfigError, DiskCorruptionError, DiskFullError, MxrecError,
                        TableConfig, UsageError, open_store)
 from mxrec_ref.tiers import FastDevicePlacement, RefDevicePlacement
+from mxrec_ref.tiers.placement import HostOrder
 
 from .checks import assert_unchanged, keys, snapshot
 
@@ -329,3 +330,16 @@ def test_tier_12_the_host_heap_spills_in_tier_5_order(backend, tmp_path):
         result = store.lookup(batch, step=step)
         store.apply_gradients(result, np.full(result.rows.shape, 0.1, np.float32), step=step)
     assert sum(spilled) > 20 and store.stats()["disk_to_host_rows"] > 0
+
+
+def test_tier_12_host_heap_entries_order_as_count_last_seen_key():
+    rng = np.random.default_rng(3)
+    keys_ = rng.integers(-2**63, 2**63 - 1, size=300, dtype=np.int64)
+    counts = rng.integers(0, 4, size=300).astype(np.int64)
+    last_seen = rng.integers(-3, 3, size=300).astype(np.int64)
+    order = HostOrder()
+    order.push(keys_[:200], counts[:200], last_seen[:200])   # heapify, then pushes one by one
+    order.push(keys_[200:], counts[200:], last_seen[200:])
+    popped = order.pop(1000)
+    expected = sorted(zip(counts.tolist(), last_seen.tolist(), keys_.tolist()))
+    assert list(zip(*(column.tolist() for column in popped))) == expected and len(order) == 0

@@ -228,7 +228,10 @@ class FastDevicePlacement:
 class HostOrder:
     """TIER-5's order over the host rows of an SSD table (in memory, off the
     device): least count first, then older last-seen, then smaller key, kept
-    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).
+    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).  An
+    entry is one Python int, the three int64 fields as order-preserving
+    unsigned 64-bit words (sign bit flipped), count highest: ints compare
+    as the tuples would, in ~60 bytes instead of a tuple's ~160.
 
     Every host row has an entry with its current (count, last_seen) by the
     time the heap is popped: the wrapper notes a row when it arrives on the
@@ -242,7 +245,7 @@ class HostOrder:
     The heap is rebuilt from the store once stale entries outnumber live ones."""
 
     def __init__(self):
-        self._heap: list[tuple[int, int, int]] = []
+        self._heap: list[int] = []
         self._noted: list[np.ndarray] = []   # keys to give a fresh entry before the next pop
         self.noted = 0
 
@@ -260,8 +263,8 @@ class HostOrder:
         return keys
 
     def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
-        entries = list(zip(np.asarray(counts).tolist(), np.asarray(last_seen).tolist(),
-                           np.asarray(keys).tolist()))
+        words = [_ordered_words(column).tolist() for column in (counts, last_seen, keys)]
+        entries = [(count << 128) | (seen << 64) | key for count, seen, key in zip(*words)]
         if len(entries) > len(self._heap):     # heapify is O(n): cheaper than n pushes here
             self._heap.extend(entries)
             heapq.heapify(self._heap)
@@ -269,10 +272,14 @@ class HostOrder:
         for entry in entries:
             heapq.heappush(self._heap, entry)
 
-    def pop(self, n: int) -> list[tuple[int, int, int]]:
-        """The ``n`` smallest entries (fewer if the heap runs out), smallest first."""
+    def pop(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(counts, last_seen, keys) of the ``n`` smallest entries (fewer if the heap runs out),
+        smallest first."""
         heap = self._heap
-        return [heapq.heappop(heap) for _ in range(min(n, len(heap)))]
+        popped = [heapq.heappop(heap) for _ in range(min(n, len(heap)))]
+        mask = (1 << 64) - 1
+        return tuple(_from_ordered_words(np.array(column, dtype=np.uint64)) for column in
+                     ([e >> 128 for e in popped], [(e >> 64) & mask for e in popped], [e & mask for e in popped]))
 
     def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
         self._heap, self._noted, self.noted = [], [], 0
@@ -280,3 +287,15 @@ class HostOrder:
 
     def clear(self) -> None:
         self._heap, self._noted, self.noted = [], [], 0
+
+
+_SIGN = np.uint64(1 << 63)
+
+
+def _ordered_words(values) -> np.ndarray:
+    """int64 values as uint64 words in the same order (the sign bit flipped)."""
+    return np.ascontiguousarray(values, dtype=np.int64).view(np.uint64) ^ _SIGN
+
+
+def _from_ordered_words(words: np.ndarray) -> np.ndarray:
+    return (words ^ _SIGN).view(np.int64)

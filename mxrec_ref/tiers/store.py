@@ -202,10 +202,9 @@ class TieredStore(Store):
         chosen_keys, chosen = [], []
         taken: set[int] = set()
         while len(taken) < excess:
-            popped = self._host_order.pop(excess - len(taken))
-            if not popped:
+            counts, last_seen, keys = self._host_order.pop(excess - len(taken))
+            if len(keys) == 0:
                 raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
-            counts, last_seen, keys = (np.array(column, dtype=np.int64) for column in zip(*popped))
             fresh = np.array([key not in taken for key in keys.tolist()], dtype=bool)
             fresh &= (self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)
             if not fresh.any():
