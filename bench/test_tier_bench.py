@@ -12,7 +12,7 @@ import pytest
 from mxrec_ref import Adagrad, Initializer, TableConfig, open_store
 from mxrec_ref.tiers.disk import DiskTier
 
-from workloads import DIM, size_scaled, zipf_batches
+from workloads import DIM, scramble, size_scaled, zipf_batches
 
 BATCH = 8192                       # positions per step; the device tier must hold a batch's keys
 STEPS = 12
@@ -108,3 +108,62 @@ def test_plain_sequential_file(benchmark, tmp_path, direction):
     benchmark.extra_info.update(ratio_group=group, role=f"sequential file {direction}")
     benchmark.pedantic(write if direction == "write" else read, rounds=3, warmup_rounds=1)
     os.remove(path)
+
+
+# ----------------------------------------------- step cost by table size (issue 16)
+# One training step (lookup + Adagrad apply) of 8,192 Zipf(1.05) keys over a table of N keys, device
+# tier 16,384 rows: HBM (dynamic expansion), DDR (host tier grows), SSD with a quarter of the keys in
+# host memory (cold reads every step), and SSD with the batch's universe in host memory and a fifth
+# of the table on disk ("SSD hot": the tier bookkeeping without cold reads).  The tier ratios are a
+# mode's step over the HBM step at the same size, the flatness ratios a mode's step at N over its step
+# at the smallest size (bench/README.md).  10^7 keys only with MXREC_BENCH_TIER_HUGE=1 (minutes, ~3 GB).
+STEP_BATCH = 8192
+STEP_DEVICE_ROWS = 16384
+STEPS_PER_ROUND = 8
+STEP_SIZES = [size_scaled(100_000), size_scaled(1_000_000)] + (
+    [size_scaled(10_000_000)] if os.environ.get("MXREC_BENCH_TIER_HUGE") == "1" else [])
+STEP_MODES = ["hbm", "ddr", "ssd", "ssd-hot"]
+_stores: dict = {}
+
+
+def step_store(mode: str, n: int, folder):
+    """A fast-backend store of ``mode`` holding ``n`` keys (``n`` + n/4 cold keys for SSD hot), filled
+    by training lookups, and the Zipf steps over ``n`` keys to run on it."""
+    init = Initializer(kind="uniform", minval=-0.1, maxval=0.1)
+    cold = n // 4 if mode == "ssd-hot" else 0
+    if mode == "hbm":
+        config = TableConfig("step", dim=DIM, initializer=init, device_vocabulary_size=STEP_DEVICE_ROWS,
+                             dynamic_expansion=True)
+    else:
+        host = {"ddr": n, "ssd": n // 4, "ssd-hot": n}[mode]
+        ssd = dict(ssd_vocabulary_size=n, ssd_data_path=[str(folder)]) if mode.startswith("ssd") else {}
+        config = TableConfig("step", dim=DIM, initializer=init, device_vocabulary_size=STEP_DEVICE_ROWS,
+                             host_vocabulary_size=host, **ssd)
+    store = open_store(config, Adagrad(0.05), backend="fast")
+    keys = np.concatenate([scramble(np.arange(n, n + cold)), scramble(np.arange(n))])  # the cold ones first
+    for step, start in enumerate(range(0, len(keys), STEP_BATCH)):   # later fills are seen later (TIER-5)
+        store.lookup(keys[start:start + STEP_BATCH], step=step)
+    return store, zipf_batches(64, seed=7, batch=STEP_BATCH, universe=n), step
+
+
+def run_steps(store, batches, state):
+    for _ in range(STEPS_PER_ROUND):
+        state["step"] += 1
+        batch = batches[state["step"] % len(batches)]
+        result = store.lookup(batch, step=state["step"])
+        store.apply_gradients(result, np.full(result.rows.shape, 0.01, np.float32), step=state["step"])
+
+
+@pytest.mark.parametrize("mode", STEP_MODES)
+@pytest.mark.parametrize("n", STEP_SIZES)
+def test_tier_step_by_table_size(benchmark, mode, n, tmp_path_factory):
+    """8 training steps at one table size and mode; ratios: bench/README.md (tier_step extra_info)."""
+    store, batches, filled = step_store(mode, n, tmp_path_factory.mktemp(f"step-{mode}-{n}"))
+    state = {"step": filled}
+    run_steps(store, batches, state)                # warm: the tiers reach their steady state
+    benchmark.extra_info.update(tier_step=mode, keys=n, steps=STEPS_PER_ROUND)
+    benchmark.pedantic(run_steps, args=(store, batches, state), rounds=5)
+    if mode == "ssd" and n > 4 * STEP_DEVICE_ROWS:      # smaller tables fit on the device
+        assert store.stats()["disk_rows"] > 0 and store.stats()["disk_to_host_rows"] > 0
+    if mode == "ssd-hot" and n > 4 * STEP_DEVICE_ROWS:
+        assert store.stats()["disk_rows"] > 0

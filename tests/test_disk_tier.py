@@ -201,6 +201,30 @@ def test_tier_9_compaction_past_the_threshold(tmp_path):
     assert ssd_sizes(tmp_path) == {} and tier.stats["compactions"] == 2
 
 
+def test_tier_9_compaction_is_spread_over_calls_with_bounded_work(tmp_path):
+    tier = tier_in([tmp_path])
+    tier.compact_budget = 3                 # records a call's compaction may look at
+    data = rows(range(10))
+    tier.write(*data)
+    tier.remove(range(6))                   # due: 4 live records, more than one call's budget
+    first = str(tmp_path / "t.000000.ssd")
+    assert tier.stats["compactions"] == 0 and first in ssd_sizes(tmp_path)
+    assert ssd_sizes(tmp_path)[str(tmp_path / "t.000001.ssd")] == 3 * RECORD   # 6, 7, 8 moved
+    assert_rows(tier, *pick(data, slice(6, None)))                           # readable mid-way
+    tier.write(*rows([9], salt=1))          # 9 superseded before it moved, in the current file, not
+    assert ssd_sizes(tmp_path) == {str(tmp_path / "t.000001.ssd"): 4 * RECORD}  # the one being compacted;
+    assert tier.stats["compactions"] == 1   # this call's step found nothing left to move and finished it
+    assert_rows(tier, *pick(rows(range(6, 9)), slice(None)))
+    assert tier.read([9])[3].tolist() == [109] and tier.stats["disk_dead_bytes"] == 0
+
+
+def test_tier_9_the_index_costs_40_bytes_a_row(tmp_path):
+    tier = tier_in([tmp_path])
+    for start in range(0, 20_000, 5_000):   # batches merge into the main level
+        tier.write(*rows(range(start, start + 5_000)))
+    assert len(tier) == 20_000 and tier.index_bytes() / len(tier) == 40
+
+
 def test_tier_9_compact_ratio_sets_the_threshold(tmp_path):
     tier = tier_in([tmp_path], compact_ratio=0.9)
     tier.write(*rows(range(20)))

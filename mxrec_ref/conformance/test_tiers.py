@@ -9,6 +9,8 @@ import pytest
 
 from mxrec_ref import (Adagrad, CapacityError, ConfigError, DiskCorruptionError, DiskFullError, MxrecError,
                        TableConfig, UsageError, open_store)
+from mxrec_ref.tiers import FastDevicePlacement, RefDevicePlacement
+from mxrec_ref.tiers.placement import HostOrder
 
 from .checks import assert_unchanged, keys, snapshot
 
@@ -265,3 +267,79 @@ def test_tier_6_a_lookup_that_fails_its_checks_moves_no_row(backend, tmp_path):
         store.lookup(keys(on_disk[0]), step=5, timestamp=100)
     assert store.stats() == stats
     assert store.tier_of(keys(*range(8))).tolist() == tiers
+
+
+# --------------------------------------------------------------- TIER-12
+def _lru_oracle(last_use: dict, device_rows: int) -> list:
+    """TIER-4 by a full sort: least recently used first, ties by the smaller key."""
+    excess = len(last_use) - device_rows
+    return sorted(last_use, key=lambda key: (last_use[key], key))[:max(excess, 0)]
+
+
+@pytest.mark.parametrize("placement", ["ref", "fast"])
+def test_tier_12_tick_buckets_choose_what_a_full_sort_chooses(placement):
+    device_rows = 40
+    row_of = {key: 3 * key + 1 for key in range(200)}   # a stand-in store: every key holds a fixed row
+    handles = lambda keys: np.array([row_of[k] for k in np.asarray(keys).tolist()], dtype=np.int64)  # noqa: E731
+    tier = (RefDevicePlacement if placement == "ref" else FastDevicePlacement)(device_rows, handles)
+    rng = np.random.default_rng(12)
+    last_use, tick = {}, 0
+    for _ in range(400):      # enough touches to rebuild the buckets from stale entries several times
+        if rng.random() < 0.15:
+            gone = rng.choice(200, size=int(rng.integers(0, 10)), replace=False).astype(np.int64)
+            tier.forget(gone)
+            for key in gone.tolist():
+                last_use.pop(key, None)
+        else:
+            batch = rng.choice(200, size=int(rng.integers(1, device_rows + 1)), replace=False).astype(np.int64)
+            tick += 1
+            for key in batch.tolist():
+                last_use[key] = tick
+            expected = _lru_oracle(last_use, device_rows)
+            for key in expected:
+                del last_use[key]
+            was = [key in tier.keys().tolist() for key in batch.tolist()]
+            victims, was_on_device = tier.touch(batch)
+            assert victims.tolist() == expected and was_on_device.tolist() == was
+        assert tier.keys().tolist() == sorted(last_use)
+        assert tier._entries <= 2 * device_rows + 1024 + device_rows   # stale entries stay bounded
+
+
+def test_tier_12_the_host_heap_spills_in_tier_5_order(backend, tmp_path):
+    """Every spill of a random SSD sequence (training and evaluation lookups, applies, eviction of
+    in-memory keys) takes exactly the rows a full lexsort of the host rows takes."""
+    store = ssd(backend, tmp_path, device=6, host=5)
+    spilled = []
+    choose = store._spill_victims
+
+    def checked(excess):
+        keys_, counts, last_seen = store._host_keys()
+        expected = keys_[np.lexsort((keys_, last_seen, counts))[:excess]].tolist()
+        chosen = choose(excess)
+        assert chosen[0].tolist() == expected
+        spilled.append(len(expected))
+        return chosen
+
+    store._spill_victims = checked
+    rng = np.random.default_rng(5)
+    for step in range(60):
+        batch = rng.integers(0, 30, size=6).astype(np.int64)
+        if step % 7 == 3:
+            store.lookup(batch, train=False)
+            continue
+        result = store.lookup(batch, step=step)
+        store.apply_gradients(result, np.full(result.rows.shape, 0.1, np.float32), step=step)
+    assert sum(spilled) > 20 and store.stats()["disk_to_host_rows"] > 0
+
+
+def test_tier_12_host_heap_entries_order_as_count_last_seen_key():
+    rng = np.random.default_rng(3)
+    keys_ = rng.integers(-2**63, 2**63 - 1, size=300, dtype=np.int64)
+    counts = rng.integers(0, 4, size=300).astype(np.int64)
+    last_seen = rng.integers(-3, 3, size=300).astype(np.int64)
+    order = HostOrder()
+    order.push(keys_[:200], counts[:200], last_seen[:200])   # heapify, then pushes one by one
+    order.push(keys_[200:], counts[200:], last_seen[200:])
+    popped = order.pop(1000)
+    expected = sorted(zip(counts.tolist(), last_seen.tolist(), keys_.tolist()))
+    assert list(zip(*(column.tolist() for column in popped))) == expected and len(order) == 0

@@ -56,6 +56,9 @@ HEADER_BYTES = 32
 # Records of one file closer than this are fetched by one pread, gap and all:
 # fewer system calls for a few wasted bytes.
 SPAN_GAP_BYTES = 64 << 10
+# Compaction copies at most this many records a call (a write or a removal), so no call pays for a
+# whole file: a file's compaction spreads over calls (TIER-9).
+COMPACT_BUDGET = 1 << 16
 _COUNTERS = ("disk_reads", "disk_writes", "disk_bytes_read", "disk_bytes_written", "compactions")
 logger = logging.getLogger(__name__)
 
@@ -252,6 +255,10 @@ class _Index:
         keep = entries[:, 0] >= 0
         return (keys, entries) if keep.all() else (keys[keep], entries[keep])
 
+    def nbytes(self) -> int:
+        """Bytes of the index's arrays (both levels, tombstones included)."""
+        return sum(array.nbytes for array in (self.main_keys, self.main, self.delta_keys, self.delta))
+
     def items(self) -> tuple[np.ndarray, np.ndarray]:
         """(keys sorted, entries) of every live key."""
         keys, entries = self._merge(self.main_keys, self.main, self.delta_keys, self.delta)
@@ -266,6 +273,11 @@ class _File:
     path: str
     size: int = 0
     live: int = 0
+    # Compaction in progress: the file's live records when it began, by offset, and how many are done.
+    # Such a file takes no appends; records superseded since are skipped (the index decides).
+    compact_keys: np.ndarray | None = None
+    compact_offsets: np.ndarray | None = None
+    compact_at: int = 0
 
 
 class DiskTier:
@@ -296,6 +308,7 @@ class DiskTier:
         self._index = _Index()  # key -> (file id, offset, count, last_seen)
         self._next_fid = 0
         self._counters = dict.fromkeys(_COUNTERS, 0)
+        self.compact_budget = COMPACT_BUDGET   # records a call's compaction looks at, at most
         self._fds: dict[int, int] = {}  # file id -> open descriptor, opened on first use
         weakref.finalize(self, _close_fds, self._fds)
 
@@ -309,6 +322,10 @@ class DiskTier:
     def contains(self, keys) -> np.ndarray:
         keys = np.asarray(keys, dtype=np.int64)
         return (self._index.lookup(keys.ravel())[0][:, 0] >= 0).reshape(keys.shape)
+
+    def index_bytes(self) -> int:
+        """Memory of the in-memory index (TIER-9): 40 bytes per on-disk row once merged."""
+        return self._index.nbytes()
 
     def meta(self, keys) -> tuple[np.ndarray, np.ndarray]:
         """(counts, last_seen) of present keys, from the index: no disk read."""
@@ -363,8 +380,9 @@ class DiskTier:
         self._compact_due()
 
     def compact(self) -> int:
-        """Compact every file past the threshold now; the number compacted."""
-        return self._compact_due()
+        """Compact every file past the threshold now, however many records that copies; the
+        number of files compacted."""
+        return self._compact_due(unlimited=True)
 
     def verify(self) -> None:
         """Read and check every live record (DiskCorruptionError)."""
@@ -553,7 +571,8 @@ class DiskTier:
             file = self._files.get(self._current[folder])
             used = file.size // self._record_bytes if file is not None else 0
             while left and room:
-                if file is None or file.fid == avoid or used == self._records_per_file:
+                if (file is None or file.fid == avoid or file.compact_keys is not None
+                        or used == self._records_per_file):
                     file, used = _File(next_fid, folder, self._path(folder, next_fid)), 0
                     next_fid += 1
                 count = min(left, room, self._records_per_file - used)
@@ -622,32 +641,55 @@ class DiskTier:
         dead = file.size - file.live * self._record_bytes
         return dead > 0 and (dead > self.compact_ratio * file.size or file.live == 0)
 
-    def _compact_due(self) -> int:
-        """Compact due files, oldest first, until none is due; the number compacted."""
-        done, stuck = 0, set()
-        while True:
-            due = [fid for fid in sorted(self._files) if fid not in stuck and self._due(self._files[fid])]
+    def _compact_due(self, unlimited: bool = False) -> int:
+        """Compact due files, oldest first (a file already begun first of all), looking at most
+        at ``compact_budget`` records unless ``unlimited``; the number of files finished."""
+        done, stuck, budget = 0, set(), None if unlimited else self.compact_budget
+        while budget is None or budget > 0:
+            due = [fid for fid in sorted(self._files) if fid not in stuck
+                   and (self._files[fid].compact_keys is not None or self._due(self._files[fid]))]
             if not due:
                 return done
+            begun = [fid for fid in due if self._files[fid].compact_keys is not None]
+            file = self._files[(begun or due)[0]]
             try:
-                self._compact_file(self._files[due[0]])
-                done += 1
+                moved, finished = self._compact_step(file, budget)
             except OSError:
                 # Housekeeping only: the live records are still valid where
                 # they are (a full disk) or are left for read and verify to
                 # report (corruption); the file is tried again next time.
-                stuck.add(due[0])
+                stuck.add(file.fid)
+                continue
+            if budget is not None:
+                budget -= max(moved, 1)
+            done += finished
+        return done
 
-    def _compact_file(self, file: _File) -> None:
-        """Copy the file's live records forward (never into itself), then delete it."""
-        keys, offsets = self._live(file)
+    def _compact_step(self, file: _File, budget: int | None) -> tuple[int, bool]:
+        """Copy the next (at most ``budget``) of the file's live records forward (never into
+        itself); delete the file once all are.  Returns (records looked at, finished)."""
+        if file.compact_keys is None:   # one pass over the index per file, shared by its steps
+            file.compact_keys, file.compact_offsets = self._live(file)
+            file.compact_at = 0
+            if self._current[file.folder] == file.fid:
+                self._current[file.folder] = None
+        start = file.compact_at
+        stop = len(file.compact_keys) if budget is None else min(len(file.compact_keys), start + budget)
+        keys, offsets = file.compact_keys[start:stop], file.compact_offsets[start:stop]
+        entries = self._index.lookup(keys)[0]
+        still = (entries[:, 0] == file.fid) & (entries[:, 1] == offsets)   # not superseded or removed since
+        keys, offsets = keys[still], offsets[still]
         if len(keys):
             records = self._read_file(file, offsets, keys)
             fids, new_offsets = self._append(records, avoid=file.fid)
             self._point(keys, fids, new_offsets, records["count"], records["last_seen"])
+        file.compact_at = stop
+        if stop < len(file.compact_keys):
+            return stop - start, False
         self._delete(file)
         self._counters["compactions"] += 1
-        logger.info("table %r: compacted %s (%d live records moved)", self.table, file.path, len(keys))
+        logger.info("table %r: compacted %s (%d live records moved)", self.table, file.path, stop)
+        return stop - start, True
 
     def _delete(self, file: _File) -> None:
         fd = self._fds.pop(file.fid, None)

@@ -1,4 +1,5 @@
-"""Which in-memory rows are on the device tier (spec/tiers.md, TIER-4).
+"""Which in-memory rows are on the device tier (spec/tiers.md, TIER-4), and
+which host rows go to disk first (TIER-5), both kept incrementally (TIER-12).
 
 The device tier of a DDR or SSD table is a fixed budget of
 ``device_vocabulary_size`` rows.  A lookup makes every row of its batch
@@ -7,21 +8,37 @@ device rows (ties by key) go back to the host.  Host membership needs no
 bookkeeping of its own: a row in host memory that is not on the device is on
 the host.
 
+The order is kept as *tick buckets* (TIER-12): each training lookup is one tick,
+and its keys form one bucket, sorted by key, appended to a queue.  A key's
+current tick is in a map; a bucket entry whose key has since been touched
+again (or left memory) is stale and skipped when the queue is consumed from
+the oldest end.  So touching ``b`` keys costs O(b log b) and choosing ``e``
+victims O(e + stale entries skipped), never a sort of the device tier; the
+queue is rebuilt from the map when stale entries outnumber live ones, which
+keeps it O(device rows) in memory and O(1) amortised per touch.
+
 Two implementations with one interface, as everywhere in mxrec-ref: the
-reference (a dict, written to be read) and the fast one (sorted numpy arrays,
-vectorised).  The conformance suite checks that they agree after every call.
+reference (a dict and a deque of lists, written to be read) and the fast one
+(the same buckets as numpy arrays, the map as arrays indexed by the store's
+row of each key, found by the store's hash probe).  The
+conformance suite checks that they agree after every call.
 """
 from __future__ import annotations
 
+import heapq
+from collections import deque
+
 import numpy as np
 
-
 class RefDevicePlacement:
-    """The device tier as a dict key -> tick of its last use."""
+    """The device tier as a dict key -> tick of its last use, and the tick
+    buckets (a deque of [tick, keys sorted, next position]) in tick order."""
 
-    def __init__(self, device_rows: int):
-        self.device_rows = device_rows
+    def __init__(self, device_rows: int, row_handles=None):
+        self.device_rows = device_rows      # row_handles: the fast twin's need; keys suffice here
         self._last_use: dict[int, int] = {}
+        self._buckets: deque = deque()
+        self._entries = 0       # keys in the buckets, stale ones included
         self._tick = 0
 
     def __len__(self) -> int:
@@ -33,78 +50,252 @@ class RefDevicePlacement:
     def contains(self, keys: np.ndarray) -> np.ndarray:
         return np.array([k in self._last_use for k in keys.tolist()], dtype=bool)
 
-    def touch(self, keys: np.ndarray) -> np.ndarray:
+    def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Make ``keys`` (distinct) device rows used now; returns the rows sent
-        back to the host to stay within budget, in the order chosen."""
+        back to the host to stay within budget, in the order chosen, and
+        whether each of ``keys`` was on the device before.  ``rows``: the
+        keys' rows where the caller knows them (-1 elsewhere); the fast twin's
+        saving, unused here."""
         self._tick += 1
-        for key in keys.tolist():
+        was_on_device = np.array([key in self._last_use for key in keys.tolist()], dtype=bool)
+        bucket = sorted(keys.tolist())
+        for key in bucket:
             self._last_use[key] = self._tick
+        self._buckets.append([self._tick, bucket, 0])
+        self._entries += len(bucket)
+        victims = []
         excess = len(self._last_use) - self.device_rows
-        if excess <= 0:
-            return np.zeros(0, dtype=np.int64)
-        victims = sorted(self._last_use, key=lambda k: (self._last_use[k], k))[:excess]
-        for key in victims:
-            del self._last_use[key]
-        return np.array(victims, dtype=np.int64)
+        while len(victims) < excess:       # oldest tick first, by key within a tick
+            tick, bucket, at = entry = self._buckets[0]
+            if at == len(bucket):
+                self._buckets.popleft()
+                self._entries -= len(bucket)
+                continue
+            entry[2] = at + 1
+            key = bucket[at]
+            if self._last_use.get(key) == tick:
+                del self._last_use[key]
+                victims.append(key)
+        self._compact()
+        return np.array(victims, dtype=np.int64), was_on_device
 
     def forget(self, keys: np.ndarray) -> None:
-        """Rows that left memory (evicted, or moved to disk)."""
+        """Rows that left memory (evicted, or moved to disk); their bucket entries go stale."""
         for key in keys.tolist():
             self._last_use.pop(key, None)
+        self._compact()
 
     def clear(self) -> None:
         self._last_use.clear()
+        self._buckets.clear()
+        self._entries = 0
+
+    def _compact(self) -> None:
+        """Rebuild the buckets from the map once stale entries outnumber live ones."""
+        if self._entries <= 2 * len(self._last_use) + 1024:
+            return
+        by_tick: dict[int, list] = {}
+        for key, tick in self._last_use.items():
+            by_tick.setdefault(tick, []).append(key)
+        self._buckets = deque([tick, sorted(by_tick[tick]), 0] for tick in sorted(by_tick))
+        self._entries = len(self._last_use)
 
 
 class FastDevicePlacement:
-    """The device tier as parallel arrays sorted by key: keys and last-use ticks."""
+    """The device tier indexed by the in-memory row of each key (a key keeps
+    its row while it is in memory, EXP-4): per row the tick of its last use
+    (-1: not on the device) and its key, so membership is one gather after the
+    store's own hash probe, never a search of the tier; the tick buckets are a
+    deque of [tick, keys sorted, their rows, next position] -- the same order
+    as the reference, vectorised per bucket."""
 
-    def __init__(self, device_rows: int):
+    def __init__(self, device_rows: int, row_handles=None):
+        if row_handles is None:
+            raise ValueError("FastDevicePlacement needs the store's row_handles")
         self.device_rows = device_rows
-        self._keys = np.zeros(0, dtype=np.int64)
-        self._last_use = np.zeros(0, dtype=np.int64)
+        self._row_handles = row_handles
+        self._tick_of_row = np.full(1024, -1, dtype=np.int64)
+        self._key_of_row = np.zeros(1024, dtype=np.int64)
+        self._n = 0
+        self._buckets: deque = deque()
+        self._entries = 0
         self._tick = 0
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._n
 
     def keys(self) -> np.ndarray:
-        return self._keys.copy()
+        return np.sort(self._key_of_row[self._tick_of_row >= 0])
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
-        return _member(self._keys, keys)
+        keys = np.asarray(keys, dtype=np.int64)
+        return self._on_device(self._row_handles(keys), keys)
 
-    def touch(self, keys: np.ndarray) -> np.ndarray:
+    def _on_device(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        inside = (rows >= 0) & (rows < len(self._tick_of_row))
+        at = np.where(inside, rows, 0)
+        return inside & (self._tick_of_row[at] >= 0) & (self._key_of_row[at] == keys)
+
+    def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         self._tick += 1
-        fresh = keys[~_member(self._keys, keys)]
-        merged = np.concatenate([self._keys, fresh])
-        last_use = np.concatenate([self._last_use, np.zeros(len(fresh), dtype=np.int64)])
-        order = np.argsort(merged, kind="stable")
-        self._keys, self._last_use = merged[order], last_use[order]
-        self._last_use[np.searchsorted(self._keys, keys)] = self._tick
-        excess = len(self._keys) - self.device_rows
-        if excess <= 0:
-            return np.zeros(0, dtype=np.int64)
-        # Least recently used first, ties by key: lexsort's last key is primary.
-        victims_at = np.lexsort((self._keys, self._last_use))[:excess]
-        victims = self._keys[victims_at]
-        keep = np.ones(len(self._keys), dtype=bool)
-        keep[victims_at] = False
-        self._keys, self._last_use = self._keys[keep], self._last_use[keep]
+        keys = np.asarray(keys, dtype=np.int64)
+        if rows is None:                        # every touched key holds a row
+            rows = self._row_handles(keys)
+        else:                                   # probe only the rows the caller did not know
+            rows = np.array(rows, dtype=np.int64)
+            unknown = np.flatnonzero(rows < 0)
+            if len(unknown):
+                rows[unknown] = self._row_handles(keys[unknown])
+        if len(rows) and rows.max() >= len(self._tick_of_row):
+            grow = max(int(rows.max()) + 1, 2 * len(self._tick_of_row))
+            self._tick_of_row = np.concatenate([self._tick_of_row, np.full(grow - len(self._tick_of_row), -1)])
+            self._key_of_row = np.concatenate([self._key_of_row, np.zeros(grow - len(self._key_of_row), np.int64)])
+        was_on_device = self._on_device(rows, keys)
+        self._tick_of_row[rows] = self._tick
+        self._key_of_row[rows] = keys
+        self._n += len(keys) - int(np.count_nonzero(was_on_device))
+        # Unsorted for now: the bucket is sorted by key when it first reaches the old end of the
+        # queue, after its stale entries are dropped (they never become live again: ticks only grow).
+        self._buckets.append([self._tick, keys, rows, -1])
+        self._entries += len(keys)
+        victims = self._oldest(self._n - self.device_rows)
+        self._compact()
+        return victims, was_on_device
+
+    def _oldest(self, excess: int) -> np.ndarray:
+        """Take the ``excess`` live entries at the old end of the bucket queue, in order, off the device."""
+        chosen = []
+        while excess > 0:                  # oldest tick first, by key within a tick
+            tick, bucket, rows, start = entry = self._buckets[0]
+            if start < 0:                  # first visit: keep the live entries, sorted by key
+                live = (self._tick_of_row[rows] == tick) & (self._key_of_row[rows] == bucket)
+                bucket, rows = bucket[live], rows[live]
+                order = np.argsort(bucket, kind="stable")
+                self._entries -= len(entry[1]) - len(bucket)
+                bucket, rows = bucket[order], rows[order]
+                entry[1], entry[2], entry[3] = bucket, rows, 0
+                start = 0
+            if start == len(bucket):
+                self._buckets.popleft()
+                self._entries -= len(bucket)
+                continue
+            rest, rest_rows = bucket[start:], rows[start:]
+            live = (self._tick_of_row[rest_rows] == tick) & (self._key_of_row[rest_rows] == rest)
+            live_at = np.flatnonzero(live)
+            if len(live_at) > excess:      # the bucket is only partly consumed
+                live_at = live_at[:excess]
+                entry[3] = start + int(live_at[-1]) + 1
+            else:
+                entry[3] = len(bucket)
+            self._tick_of_row[rest_rows[live_at]] = -1
+            chosen.append(rest[live_at])
+            excess -= len(live_at)
+        victims = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
+        self._n -= len(victims)
         return victims
 
     def forget(self, keys: np.ndarray) -> None:
-        keep = ~_member(np.sort(keys), self._keys)
-        self._keys, self._last_use = self._keys[keep], self._last_use[keep]
+        """Rows that left memory: their rows may be free already, so they are found by key
+        among the device rows (a pass over the device budget, only on eviction)."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if len(keys) == 0 or self._n == 0:
+            return
+        live = np.flatnonzero(self._tick_of_row >= 0)
+        gone = live[np.isin(self._key_of_row[live], keys)]
+        self._tick_of_row[gone] = -1
+        self._n -= len(gone)
+        self._compact()
 
     def clear(self) -> None:
-        self._keys = np.zeros(0, dtype=np.int64)
-        self._last_use = np.zeros(0, dtype=np.int64)
+        self._tick_of_row[:] = -1
+        self._n = 0
+        self._buckets.clear()
+        self._entries = 0
+
+    def _compact(self) -> None:
+        if self._entries <= 2 * self._n + 1024:
+            return
+        live = np.flatnonzero(self._tick_of_row >= 0)
+        ticks, keys = self._tick_of_row[live], self._key_of_row[live]
+        order = np.lexsort((keys, ticks))
+        ticks, keys, rows = ticks[order], keys[order], live[order]
+        cuts = np.flatnonzero(np.diff(ticks)) + 1
+        self._buckets = deque([int(t[0]), k, r, 0] for t, k, r in
+                              zip(np.split(ticks, cuts), np.split(keys, cuts), np.split(rows, cuts)) if len(k))
+        self._entries = self._n
 
 
-def _member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """keys[i] in sorted_keys, for each i (sorted_keys ascending)."""
-    if len(sorted_keys) == 0 or len(keys) == 0:
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return sorted_keys[at] == keys
+class HostOrder:
+    """TIER-5's order over the host rows of an SSD table (in memory, off the
+    device): least count first, then older last-seen, then smaller key, kept
+    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).  An
+    entry is one Python int, the three int64 fields as order-preserving
+    unsigned 64-bit words (sign bit flipped), count highest: ints compare
+    as the tuples would, in ~60 bytes instead of a tuple's ~160.
+
+    Every host row has an entry with its current (count, last_seen) by the
+    time the heap is popped: the wrapper notes a row when it arrives on the
+    host (sent back from the device, brought back from disk) and after every
+    call that touched it, and pushes the noted host rows' entries before it
+    pops (a load rebuilds the heap).  An entry is stale when its key has left the host or its
+    count or last-seen time changed since; ``candidates`` pops entries in
+    heap order and the caller checks them against the store.  One class for
+    both backends: the order is the same by construction, and the heap
+    costs O(log n) per row a call touches, never a pass over the host rows.
+    The heap is rebuilt from the store once stale entries outnumber live ones."""
+
+    def __init__(self):
+        self._heap: list[int] = []
+        self._noted: list[np.ndarray] = []   # keys to give a fresh entry before the next pop
+        self.noted = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def note(self, keys: np.ndarray) -> None:
+        self._noted.append(keys)
+        self.noted += len(keys)
+
+    def take_noted(self) -> np.ndarray:
+        """The noted keys, distinct and sorted; the note list is emptied."""
+        keys = np.unique(np.concatenate(self._noted)) if self._noted else np.zeros(0, dtype=np.int64)
+        self._noted, self.noted = [], 0
+        return keys
+
+    def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
+        words = [_ordered_words(column).tolist() for column in (counts, last_seen, keys)]
+        entries = [(count << 128) | (seen << 64) | key for count, seen, key in zip(*words)]
+        if len(entries) > len(self._heap):     # heapify is O(n): cheaper than n pushes here
+            self._heap.extend(entries)
+            heapq.heapify(self._heap)
+            return
+        for entry in entries:
+            heapq.heappush(self._heap, entry)
+
+    def pop(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(counts, last_seen, keys) of the ``n`` smallest entries (fewer if the heap runs out),
+        smallest first."""
+        heap = self._heap
+        popped = [heapq.heappop(heap) for _ in range(min(n, len(heap)))]
+        mask = (1 << 64) - 1
+        return tuple(_from_ordered_words(np.array(column, dtype=np.uint64)) for column in
+                     ([e >> 128 for e in popped], [(e >> 64) & mask for e in popped], [e & mask for e in popped]))
+
+    def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
+        self._heap, self._noted, self.noted = [], [], 0
+        self.push(keys, counts, last_seen)
+
+    def clear(self) -> None:
+        self._heap, self._noted, self.noted = [], [], 0
+
+
+_SIGN = np.uint64(1 << 63)
+
+
+def _ordered_words(values) -> np.ndarray:
+    """int64 values as uint64 words in the same order (the sign bit flipped)."""
+    return np.ascontiguousarray(values, dtype=np.int64).view(np.uint64) ^ _SIGN
+
+
+def _from_ordered_words(words: np.ndarray) -> np.ndarray:
+    return (words ^ _SIGN).view(np.int64)

@@ -34,6 +34,7 @@ from ..errors import CapacityError, DiskFullError, UsageError
 from ..optimizers import SparseOptimizer
 from ..state import PADDING_KEY, TableState
 from .disk import DiskTier
+from .placement import HostOrder
 
 # The tier counters a tiered store adds to stats() (spec/tiers.md, TIER-10).
 TIER_COUNTERS = ("host_to_device_rows", "device_to_host_rows", "host_to_disk_rows", "disk_to_host_rows")
@@ -60,9 +61,11 @@ class TieredStore(Store):
             raise tier_moves_error(config, backend, inner)
         self._inner = inner
         self.backend_name = inner.backend_name
-        self._device = inner.device_placement(config.device_vocabulary_size)
+        self._device = inner.device_placement(config.device_vocabulary_size, inner.row_handles)
         self._disk = None
+        self._host_order = None
         if config.ssd_vocabulary_size > 0:
+            self._host_order = HostOrder()   # TIER-5's order, kept incrementally (TIER-12)
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
                                   folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
             # The disk tier is working storage, not a checkpoint: its files go with the store.
@@ -85,29 +88,38 @@ class TieredStore(Store):
         if train:
             self._check_clock_source(self._inner.clock_source, timestamp)
         self._make_room_on_host()
-        self._bring_back(distinct[distinct != PADDING_KEY])
-        # Evaluation reads rows where they are and takes no device rows (TIER-4).
-        in_memory_before = self._inner.row_handles(distinct) >= 0 if train else None
+        # One probe of the batch's keys before the lookup: which rows are in memory (a row keeps its
+        # handle through the lookup, EXP-4), which keys to look for on disk.
+        handles = self._inner.row_handles(distinct)
+        came_back = self._bring_back(distinct, handles)
         result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
-        if train:
-            self._put_on_device(result, in_memory_before)
+        if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
+            in_memory_before = handles >= 0 if came_back is None else (handles >= 0) | came_back
+            self._put_on_device(result, in_memory_before, handles)
+        if self._host_order is not None:
+            self._note_host(distinct[distinct != PADDING_KEY])
         self._spill_to_disk()
         return dataclasses.replace(result, store_id=id(self))
 
-    def _put_on_device(self, result, in_memory_before: np.ndarray) -> None:
+    def _put_on_device(self, result, in_memory_before: np.ndarray, handles: np.ndarray) -> None:
         """TIER-4 after a training lookup: its rows are on the device, used
-        now; rows that were in memory before it and off the device moved up."""
+        now; rows that were in memory before it and off the device moved up.
+        ``handles``: the rows probed before the lookup (-1: none then), so that
+        the placement probes only the rows the lookup created or brought back."""
         held = result.admitted[:result.n_unique]
         unique = result.unique_keys[:result.n_unique]
-        moved_up = held & in_memory_before & ~self._device.contains(unique)
+        sent_back, was_on_device = self._device.touch(unique[held], handles[:result.n_unique][held])
+        moved_up = in_memory_before[:result.n_unique][held] & ~was_on_device
         self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
-        self._tier_counters["device_to_host_rows"] += len(self._device.touch(unique[held]))
+        self._tier_counters["device_to_host_rows"] += len(sent_back)
+        self._note_host(sent_back)
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
         self._make_room_on_host()
         self._bring_back(keys[mask])
         applied = self._inner._apply(keys, grads, mask, step)
+        self._note_host(keys[mask])
         self._spill_to_disk()
         return applied
 
@@ -129,25 +141,88 @@ class TieredStore(Store):
         self._inner.set_threshold(threshold)
 
     # ------------------------------------------------------- tier moves
-    def _bring_back(self, keys: np.ndarray) -> None:
-        """Rows of ``keys`` (repeats allowed) that are on disk come back to host memory (TIER-6);
-        a corrupt record raises before anything changed."""
+    def _bring_back(self, keys: np.ndarray, handles: np.ndarray | None = None) -> np.ndarray | None:
+        """Rows of ``keys`` (repeats and padding allowed) that are on disk come back to host memory
+        (TIER-6); a corrupt record raises before anything changed.  ``handles``: the keys' rows
+        in memory if the caller probed them.  Returns which of ``keys`` came back (None: none)."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
-            return
-        on_disk = np.unique(keys[self._disk.contains(keys)])
+            return None
+        if handles is None:
+            handles = self._inner.row_handles(keys)
+        absent = np.flatnonzero(handles < 0)        # a key in memory is not on disk
+        if len(absent) == 0:
+            return None
+        came_back = np.zeros(len(keys), dtype=bool)
+        came_back[absent] = self._disk.contains(keys[absent])
+        on_disk = np.unique(keys[came_back])
         if len(on_disk) == 0:
-            return
+            return None
         values, slots, counts, last_seen = self._disk.read(on_disk)
         slot_map = dict(zip(self.optimizer.slot_names, slots))
         self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
         self._disk.remove(on_disk)
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
+        return came_back
 
     def _host_keys(self):
-        """(keys, counts, last_seen) of the rows in host memory and not on the device."""
+        """(keys, counts, last_seen) of the rows in host memory and not on the device:
+        a pass over every row, for rebuilding the host order only (load, stale heap)."""
         keys, counts, last_seen = self._inner._admitted_entries()
         host = ~self._device.contains(keys)
         return keys[host], counts[host], last_seen[host]
+
+    def _note_host(self, keys: np.ndarray) -> None:
+        """SSD mode: ``keys`` (repeats and keys without a row allowed) may have reached host
+        memory or changed their count or last-seen time: note them for the host order
+        (TIER-12).  Only noted here (an array append); ``_update_host_order`` gives them
+        their entries when a spill needs the order, so a step that spills nothing pays
+        nothing for it."""
+        if self._host_order is not None and len(keys):
+            self._host_order.note(np.array(keys, dtype=np.int64))
+
+    def _update_host_order(self) -> None:
+        """Push an entry with the current count and last-seen time for every noted key that is
+        a host row now: O(noted keys).  Rebuild the order from the store (one pass) instead once
+        the noted and stale entries outnumber the host rows, which bounds its memory."""
+        order = self._host_order
+        host_rows = self._inner.size() - len(self._device)
+        if len(order) + order.noted > 2 * host_rows + 4096:
+            order.reset(*self._host_keys())
+            return
+        keys = order.take_noted()
+        keys = keys[(self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)]
+        if len(keys):
+            _, _, counts, last_seen = self._inner._rows_of(keys)
+            order.push(keys, counts, last_seen)
+
+    def _spill_victims(self, excess: int):
+        """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
+        entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
+        stale entries) -- never a pass over the host rows."""
+        chosen_keys, chosen = [], []
+        taken: set[int] = set()
+        while len(taken) < excess:
+            counts, last_seen, keys = self._host_order.pop(excess - len(taken))
+            if len(keys) == 0:
+                raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
+            fresh = np.array([key not in taken for key in keys.tolist()], dtype=bool)
+            fresh &= (self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)
+            if not fresh.any():
+                continue
+            at = np.flatnonzero(fresh)
+            values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
+            current = (now_counts == counts[at]) & (now_seen == last_seen[at])
+            at, keep = at[current], np.flatnonzero(current)
+            taken.update(keys[at].tolist())
+            chosen_keys.append(keys[at])
+            chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
+                           now_counts[keep], now_seen[keep]))
+        keys = np.concatenate(chosen_keys) if chosen_keys else np.zeros(0, np.int64)
+        values = np.concatenate([part[0] for part in chosen]) if chosen else None
+        slots = {name: np.concatenate([part[1][name] for part in chosen]) for name in self.optimizer.slot_names}
+        counts = np.concatenate([part[2] for part in chosen]) if chosen else None
+        last_seen = np.concatenate([part[3] for part in chosen]) if chosen else None
+        return keys, values, slots, counts, last_seen
 
     def _spill_to_disk(self) -> Exception | None:
         """SSD mode: move the least frequently used host rows (ties: least
@@ -160,13 +235,13 @@ class TieredStore(Store):
         excess = self._inner.size() - len(self._device) - self.config.host_vocabulary_size
         if excess <= 0:
             return None
-        keys, counts, last_seen = self._host_keys()
-        victims = keys[np.lexsort((keys, last_seen, counts))[:excess]]
-        values, slots, counts, last_seen = self._inner._rows_of(victims)
+        self._update_host_order()
+        victims, values, slots, counts, last_seen = self._spill_victims(excess)
         try:
             self._disk.write(victims, values, [slots[name] for name in self.optimizer.slot_names], counts, last_seen)
         except DiskFullError as error:
             logger.warning("table %r: disk full: %d rows stay in host memory: %s", self.name, len(victims), error)
+            self._host_order.push(victims, counts, last_seen)      # they stay host rows
             return error
         self._inner._drop_rows(victims)
         self._tier_counters["host_to_disk_rows"] += len(victims)
@@ -237,6 +312,8 @@ class TieredStore(Store):
             self._disk.clear()
         self._device.clear()
         self._inner._import_state(state)
+        if self._host_order is not None:
+            self._host_order.reset(*self._host_keys())
         self._spill_to_disk()
 
     def _key_limit(self) -> None:
