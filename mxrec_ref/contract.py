@@ -126,6 +126,8 @@ class Store(ABC):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
+            if isinstance(result, LookupResult):
+                return self._apply_result(keys, grads, mask, step, result.row_handles)
             return self._apply(keys, grads, mask, step)
 
     def evict(self, now: int | None = None) -> np.ndarray:
@@ -279,6 +281,13 @@ class Store(ABC):
 
     @abstractmethod
     def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
+
+    def _apply_result(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int,
+                      handles: np.ndarray | None) -> int:
+        """_apply for a LookupResult of this store: ``keys`` are unique by construction (no OPT-1 merge)
+        and ``handles`` the rows the lookup resolved, which a backend may reuse once it has checked
+        they still hold their keys (OPT-9).  The default resolves by key."""
+        return self._apply(keys, grads, mask, step)
 
     @abstractmethod
     def _evict(self, now: int | None) -> np.ndarray: ...
@@ -613,8 +622,10 @@ def _read_only(result: LookupResult) -> LookupResult:
     """A result's arrays as read-only views: a caller cannot rewrite which keys
     its gradients go to (CON-9)."""
     views = {}
-    for name in ("unique_keys", "rows", "inverse", "admitted"):
+    for name in ("unique_keys", "rows", "inverse", "admitted", "row_handles"):
         array = base = getattr(result, name)
+        if array is None:
+            continue
         while isinstance(base, np.ndarray):    # fresh arrays of this lookup: no store memory is shared
             base.flags.writeable = False
             base = base.base
