@@ -11,9 +11,9 @@ HASH_CONSTANTS = {"mix1": FAST_MIX1, "mix2": FAST_MIX2, "key_stride": FAST_KEY_S
 
 def mix_bits(uint64_t base, const int64_t[::1] keys, const int64_t[::1] cols):
     """The integer kernel of mxrec_ref.initializers (INIT-2), without the GIL:
-    mix64(mix64(base + key*K + col*phi)) mod 2**64 per element.  The rest of
-    the initializer (scaling, Box-Muller) stays numpy code shared with the
-    reference, so rows remain bit-identical."""
+    mix64(mix64(base + key*K + col*phi)) mod 2**64 per element.  Uniform and
+    truncated-normal rows are made whole in C below (uniform_rows,
+    truncated_normal_rows); this kernel serves the reference-shaped path."""
     cdef Py_ssize_t n = keys.shape[0], i
     if cols.shape[0] != n:
         raise ValueError("mix_bits: keys and cols differ in length")
