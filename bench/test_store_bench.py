@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mxrec_ref import Initializer, SGD, TableConfig, open_store
+from mxrec_ref import SGD, Adagrad, Initializer, TableConfig, open_store
 
 from workloads import BATCH, DIM, UNIVERSE, all_keys, zipf_batches
 
@@ -137,3 +137,31 @@ def _rows_in_handle_order(store) -> np.ndarray:
     out = np.empty((handles.max() + 1, state.values.shape[1]), dtype=np.float32)
     out[handles] = state.values
     return out
+
+
+# ------------------------------- training step with truncated-normal init
+# Untagged (no ratio_group): timings for A/B runs between commits (bench/README.md, "Training step,
+# store side"); they join the tracked ratios once bench/baseline.json is regenerated with them.
+STEP_BATCHES = zipf_batches(24, seed=3, batch=8192)
+
+
+@pytest.mark.parametrize("apply_by", ["result", "keys"])
+def test_fast_train_step_truncated_normal(benchmark, apply_by):
+    """lookup + apply_gradients over 8,192-key Zipf steps into an empty table (Adagrad, truncated-normal
+    initial values): the store's part of a training step.  ``result`` passes the LookupResult (OPT-9:
+    no merge, the lookup's row handles reused); ``keys`` passes its unique keys (merge and probe again)."""
+    def setup():
+        config = TableConfig("bench", dim=DIM, device_vocabulary_size=2 * UNIVERSE,
+                             initializer=Initializer(stddev=0.05, seed=1))
+        return (open_store(config, Adagrad(0.01), backend="fast"),), {}
+
+    grads = {}
+
+    def run(store):
+        for step, batch in enumerate(STEP_BATCHES):
+            result = store.lookup(batch, step=step)
+            n = len(result.unique_keys)
+            rows = grads.setdefault(n, np.full((n, DIM), 0.01, np.float32))
+            store.apply_gradients(result if apply_by == "result" else np.array(result.unique_keys), rows, step=step)
+
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)

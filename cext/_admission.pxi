@@ -97,7 +97,8 @@ def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock,
     first-occurrence order (EXP-4) filled with ``init_rows`` (INIT-1) and the slots' initial
     values (INIT-5; nothing of a reused row's last key stays, EVI-4).  Every allocation happens
     before the first change.  Returns the lookup's (rows, admitted) as gather would (see
-    _lookup.pxi), hot keys' rows copied from the hot block."""
+    _lookup.pxi), hot keys' rows copied from the hot block, and each unique key's row handle
+    (EMPTY without a row; padding EMPTY), which resolve_rows may reuse."""
     if plan.core is not core or plan.committed:
         raise ValueError("commit_train: the plan belongs to another core or was committed already")
     cdef const int64_t[::1] unique = plan.unique
@@ -116,23 +117,25 @@ def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock,
     ensure_rows(core, core.next_row + fresh, capacity)
     _populate_rows(core, core.next_row, fresh)
     out, admitted, fill = _lookup_outputs(core, total, default_row)
+    handles = np.full(total, EMPTY, dtype=np.int64)
     cdef float[:, ::1] out_view = out
     cdef uint8_t[::1] a_view = admitted
+    cdef int64_t[::1] h_view = handles
     cdef const float[::1] fill_view = fill
     plan.committed = True
     with nogil:
         if n:
             _commit(core, &unique[0], &tags[0], &new_counts[0], n, clock, &admit[0] if n_admit else NULL,
-                    n_admit, init_data, &fill_view[0], &out_view[0, 0], &a_view[0], hot)
+                    n_admit, init_data, &fill_view[0], &out_view[0, 0], &a_view[0], hot, &h_view[0])
         if total > n:  # padding past the unique keys
             _gather(core, NULL, 0, total - n, &fill_view[0], &out_view[n, 0], &a_view[n])
-    return out, admitted.view(np.bool_)
+    return out, admitted.view(np.bool_), handles
 
 
 cdef void _commit(FastCore core, const int64_t* unique, const int64_t* tags, const int64_t* new_counts,
                   Py_ssize_t n, int64_t clock, const int64_t* admit, Py_ssize_t n_admit,
                   const float* init, const float* fill, float* out, uint8_t* admitted,
-                  const int32_t* hot) noexcept nogil:
+                  const int32_t* hot, int64_t* handles) noexcept nogil:
     """One pass over the unique keys: count and time-stamp each, admit the
     next key due when it comes up (admit[] is in unique order, so rows go
     out in first-occurrence order, EXP-4), then copy its row or the
@@ -179,6 +182,7 @@ cdef void _commit(FastCore core, const int64_t* unique, const int64_t* tags, con
             entry.last_seen = clock
         if tag >= 0:
             admitted[u] = 1
+            handles[u] = tag
             if hot != NULL and hot[u] != EMPTY:   # a hot key: the block's copy
                 memcpy(out + u * dim, core.hot_values + hot[u] * dim, dim * sizeof(float))
             else:

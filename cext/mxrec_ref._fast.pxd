@@ -8,7 +8,7 @@ module mxrec_ref._fast under that name beside the .pyx; setup.py regenerates the
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
-from libc.math cimport fabsf, isfinite, sqrtf
+from libc.math cimport fabs, fabsf, frexp, isfinite, sqrt, sqrtf
 
 cdef extern from "_fast_helpers.h" nogil:
     uint64_t FAST_MIX1, FAST_MIX2, FAST_KEY_STRIDE, FAST_GOLDEN   # the hashing constants

@@ -126,6 +126,8 @@ class Store(ABC):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
+            if isinstance(result, LookupResult):
+                return self._apply_result(keys, grads, mask, step, result.row_handles)
             return self._apply(keys, grads, mask, step)
 
     def evict(self, now: int | None = None) -> np.ndarray:
@@ -280,6 +282,13 @@ class Store(ABC):
     @abstractmethod
     def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
 
+    def _apply_result(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int,
+                      handles: np.ndarray | None) -> int:
+        """_apply for a LookupResult of this store: ``keys`` are unique by construction (no OPT-1 merge)
+        and ``handles`` the rows the lookup resolved, which a backend may reuse once it has checked
+        they still hold their keys (OPT-9).  The default resolves by key."""
+        return self._apply(keys, grads, mask, step)
+
     @abstractmethod
     def _evict(self, now: int | None) -> np.ndarray: ...
 
@@ -366,7 +375,9 @@ class Store(ABC):
         return value
 
     def _check_keys(self, keys, parameter: str = "keys") -> tuple[np.ndarray, tuple]:
-        """Integer keys of any shape -> (flat int64 copy, shape) (CON-2)."""
+        """Integer keys of any shape -> (flat int64 array, shape) (CON-2).  No copy when the keys
+        are already contiguous int64: every backend reads them during the call and keeps only
+        arrays of its own (dedup's unique keys and inverse index), so no caller memory is kept."""
         array = keys if isinstance(keys, np.ndarray) else _as_array(keys)
         if array is None or array.dtype.kind not in "iu":
             dtype = "not an array" if array is None else array.dtype.name
@@ -380,10 +391,7 @@ class Store(ABC):
                 bad = low if low < self.config.key_min else high
                 raise KeyInputError(f"table {self.name!r}: {parameter}: key {bad} is outside the "
                                     f"range of key_dtype {self.config.key_dtype}")
-        flat = np.ascontiguousarray(array.reshape(-1), dtype=np.int64)
-        if flat is array or (isinstance(keys, np.ndarray) and np.shares_memory(flat, keys)):
-            flat = flat.copy()  # the store never keeps a reference to caller memory
-        return flat, array.shape
+        return np.ascontiguousarray(array.reshape(-1), dtype=np.int64), array.shape
 
     def _check_counts(self, counts, shape: tuple) -> np.ndarray:
         array = _as_array(counts)
@@ -392,7 +400,7 @@ class Store(ABC):
             raise KeyInputError(f"table {self.name!r}: counts: must be integers shaped like keys {shape}, got {got}")
         if array.size and (int(array.min()) < 1 or int(array.max()) > 2**31 - 1):
             raise KeyInputError(f"table {self.name!r}: counts: each must be in [1, 2**31-1]")
-        return np.array(array.reshape(-1), dtype=np.int64)
+        return np.ascontiguousarray(array.reshape(-1), dtype=np.int64)   # read during the call, never kept
 
     def _check_pad_to(self, pad_to) -> int | None:
         """LKP-4: pad_to in [1, 2**31-1] and its padded rows within PAD_FLOATS_MAX,
@@ -459,8 +467,9 @@ class Store(ABC):
         if array.shape != (n, self.config.dim):
             raise GradientError(f"table {self.name!r}: grad_rows: shape must be ({n}, {self.config.dim}) "
                                 f"(one row per key, dim {self.config.dim}), got {array.shape}")
-        grads = np.array(array, dtype=np.float32, order="C", copy=True)
-        if not np.all(np.isfinite(grads)):
+        # No copy of contiguous float32 rows: the update reads them and keeps none of them (CON-2).
+        grads = np.ascontiguousarray(array, dtype=np.float32)
+        if not np.isfinite(grads).all():
             bad = int(np.flatnonzero(~np.all(np.isfinite(grads), axis=1))[0])
             raise GradientError(f"table {self.name!r}: grad_rows: row {bad} holds NaN or Inf "
                                 f"(nothing was applied)")
@@ -613,8 +622,10 @@ def _read_only(result: LookupResult) -> LookupResult:
     """A result's arrays as read-only views: a caller cannot rewrite which keys
     its gradients go to (CON-9)."""
     views = {}
-    for name in ("unique_keys", "rows", "inverse", "admitted"):
+    for name in ("unique_keys", "rows", "inverse", "admitted", "row_handles"):
         array = base = getattr(result, name)
+        if array is None:
+            continue
         while isinstance(base, np.ndarray):    # fresh arrays of this lookup: no store memory is shared
             base.flags.writeable = False
             base = base.base

@@ -69,6 +69,9 @@ class LookupResult:
     train: bool
     n_unique: int            # distinct keys before padding
     store_id: int = field(default=0, repr=False)
+    # int64 [u]: the fast core's row of each unique key at lookup time (-1: none), or None.  A hint
+    # apply_gradients checks before use (OPT-9); it never decides which key a gradient updates.
+    row_handles: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def embeddings(self) -> np.ndarray:
         return np.take(self.rows, self.inverse, axis=0)  # take: ~3x faster than fancy indexing

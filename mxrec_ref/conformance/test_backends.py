@@ -7,6 +7,7 @@ state, statistics, row placement and errors.  Below it, the kernels both
 backends have (dedup, mix_bits, uniform rows, record checksums, the hot
 choice) are tested one by one, one test class bound to each implementation.
 """
+import math
 import zlib
 from pathlib import Path
 from types import SimpleNamespace
@@ -81,6 +82,7 @@ def _reference_kernels() -> SimpleNamespace:
         dedup=ref_lookup.dedup,
         mix_bits=initializers.mix_bits,
         initial_rows=initializers.initial_rows,
+        truncated_normal_rows=initializers.truncated_normal_rows,
         crc32_records=lambda rows, covered: np.array([zlib.crc32(row[:covered].tobytes()) for row in rows],
                                                      dtype=np.uint32),
         choose_hot=lambda keys, counts, n: hot.choose_hot_keys(keys, counts, n),
@@ -109,6 +111,7 @@ def _fast_kernels() -> SimpleNamespace:
         dedup=lambda keys, counts: _fast.dedup(_fast.FastCore(1, []), keys, counts),
         mix_bits=fast_initializers.mix_bits,
         initial_rows=fast_initializers.initial_rows,
+        truncated_normal_rows=_fast.truncated_normal_rows,
         crc32_records=_fast.crc32_records,
         choose_hot=choose_hot,
     )
@@ -125,6 +128,31 @@ def _bits(base: int, key: int, col: int) -> int:
     """INIT-2 with Python integers: mix64(mix64(base + key*K + col*phi)) mod 2**64."""
     constants = initializers.HASH_CONSTANTS
     return _mix64(_mix64((base + (key % 2**64) * constants["key_stride"] + col * constants["golden"]) % 2**64))
+
+
+def _poly(coefficients, x: float) -> float:
+    acc = coefficients[0]
+    for c in coefficients[1:]:
+        acc = acc * x + c
+    return acc
+
+
+def _truncated_normal_z(u: float) -> float:
+    """INIT-6 in Python floats (IEEE doubles, one rounding per operation), from the spec's text."""
+    q = (u - 0.5) * 0.9544997361036416
+    if abs(q) <= 0.425:
+        r = 0.180625 - q * q
+        z = (q * _poly(initializers._CENTRAL_NUM, r)) / _poly(initializers._CENTRAL_DEN, r)
+    else:
+        m, e = math.frexp(0.5 - abs(q))
+        if m < 0.7071067811865476:
+            m, e = m * 2.0, e - 1
+        s = (m - 1.0) / (m + 1.0)
+        log = e * 0.6931471805599453 + (2.0 * s) * _poly([1.0 / (2 * k + 1) for k in range(11, -1, -1)], s * s)
+        r = math.sqrt(-log) - 1.6
+        z = _poly(initializers._TAIL_NUM, r) / _poly(initializers._TAIL_DEN, r)
+        z = -z if q < 0.0 else z
+    return min(max(z, -2.0), 2.0)
 
 
 KEYS = st.lists(st.integers(-(2**63), 2**63 - 1) | st.integers(-3, 12), max_size=40)
@@ -185,6 +213,22 @@ class KernelTwins:
         expected = np.array([[np.float32((minval + (maxval - minval) * u) * scale) for u in row] for row in uniform],
                             dtype=np.float32).reshape(len(keys), dim)
         assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+
+    @settings(TWINS, max_examples=30)
+    @given(seed=st.integers(0, 2**63 - 1), mean=st.floats(-2, 2), stddev=st.floats(1e-3, 3),
+           scale=st.sampled_from([1.0, 0.5, -3.0]), dim=st.integers(1, 5), keys=KEYS)
+    def test_init_6_truncated_normal_rows_are_the_fixed_arithmetic(self, kernels, seed, mean, stddev, scale, dim,
+                                                                  keys):
+        """INIT-6 bit for bit: the quantile of each (key, column)'s uniform on counter stream 1, scaled, rounded once."""
+        base = initializers.counter_base(seed, 0, 1)
+        got = kernels.truncated_normal_rows(base, np.array(keys, dtype=np.int64), dim, mean, stddev, scale)
+        expected = np.array([[np.float32((mean + stddev * _truncated_normal_z((_bits(base, key, c) >> 11) * 2.0**-53))
+                                         * scale) for c in range(dim)] for key in keys],
+                            dtype=np.float32).reshape(len(keys), dim)
+        assert got.dtype == np.float32 and np.array_equal(got.view(np.uint32), expected.view(np.uint32))
+        config = TableConfig("t", dim=dim, init_param=scale, initializer=Initializer(mean=mean, stddev=stddev, seed=seed))
+        assert np.array_equal(kernels.initial_rows(config, np.array(keys, dtype=np.int64)).view(np.uint32),
+                              expected.view(np.uint32))
 
     @settings(TWINS, max_examples=30)
     @given(rows=st.integers(0, 6), width=st.integers(0, 40), data=st.data())

@@ -228,15 +228,43 @@ def test_ckpt_9_previous_is_kept_across_a_change_of_directory(backend, tmp_path,
     assert fresh.export().differences(store.export()) == []
 
 
-def test_ckpt_4_checkpoints_of_the_first_format_still_load(backend):
+def _box_muller_rows(config, keys_):
+    """INIT-3's truncated normal as it was when tests/data/ckpt-format-1 was written (Box-Muller, redrawn
+    past 2 sigma; replaced by INIT-6 in issue 16): rebuilds the store that wrote the fixture."""
+    keys_ = np.asarray(keys_, dtype=np.int64).reshape(-1)
+    init, dim = config.initializer, config.dim
+    out = np.zeros(keys_.size * dim)
+    todo_keys, todo_cols = np.repeat(keys_, dim), np.tile(np.arange(dim, dtype=np.int64), keys_.size)
+    todo = np.arange(out.size)
+    for attempt in range(64):
+        u1 = initializers.uniform_at(init.seed, todo_keys, todo_cols, attempt, stream=1)
+        u2 = initializers.uniform_at(init.seed, todo_keys, todo_cols, attempt, stream=2)
+        z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
+        accept = np.abs(z) <= 2.0
+        out[todo[accept]] = z[accept]
+        todo, todo_keys, todo_cols = todo[~accept], todo_keys[~accept], todo_cols[~accept]
+    values = init.mean + init.stddev * out.reshape(keys_.size, dim)
+    return (values * config.init_param).astype(np.float32)
+
+
+def test_ckpt_4_checkpoints_of_the_first_format_still_load(backend, monkeypatch):
     """A checkpoint written by the version before the exchange protocol
-    (tests/data/ckpt-format-1, see its README) loads unchanged."""
+    (tests/data/ckpt-format-1, see its README) loads unchanged: it stores rows, so INIT-6's new
+    initial values do not change what it holds; the store to compare with is rebuilt with the
+    initial values of the time (patched into both backends' initializer calls)."""
     from pathlib import Path
+
+    from mxrec_ref.ref import store as ref_store   # local: only this test patches the backends' initializer
 
     folder = Path(__file__).resolve().parents[2] / "tests" / "data" / "ckpt-format-1"
     if not folder.is_dir():
         pytest.skip("the repository's tests/data is not installed with the package")
-    expected = _trained(backend)
+    with monkeypatch.context() as patch:
+        patch.setattr(ref_store, "initial_rows", _box_muller_rows)
+        if backend == "fast":
+            from mxrec_ref.fast import initializers as fast_initializers   # local: the fast path may not be built
+            patch.setattr(fast_initializers, "initial_rows", _box_muller_rows)
+        expected = _trained(backend)
     fresh = _trained(backend)
     fresh.load(folder)
     assert fresh.export().differences(expected.export()) == []

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from mxrec_ref import (SGD, KeyInputError, TableConfig, UsageError, available_backends, open_store)
+from mxrec_ref import (SGD, Initializer, KeyInputError, TableConfig, UsageError, available_backends, open_store)
 
 from .checks import assert_unchanged, keys, make_store, snapshot
 
@@ -54,6 +54,26 @@ def test_con_2_store_does_not_alias_caller_memory(backend):
     batch[:] = 99
     assert result.unique_keys.tolist() == [1, 2, 3]
     assert store.export().keys.tolist() == [1, 2, 3]
+
+
+def test_con_2_uncopied_inputs_are_neither_kept_nor_frozen(backend):
+    """Contiguous int64 keys and float32 gradients are read in place (no copy): the result shares no
+    memory with them, they stay writeable (CON-9's read-only marking stops at the store's own arrays),
+    and changing them after the call changes nothing in the store."""
+    store = make_store(backend, SGD(learning_rate=1.0), device_vocabulary_size=8, dim=2,
+                       initializer=Initializer(kind="constant", value=0.5))
+    batch = keys(1, 2, 3, 2)
+    result = store.lookup(batch, step=0)
+    for name in ("unique_keys", "rows", "inverse", "admitted"):
+        assert not np.shares_memory(getattr(result, name), batch), name
+    assert batch.flags.writeable
+    grads = np.ones((3, 2), dtype=np.float32)
+    store.apply_gradients(batch[:3], grads, step=0)
+    before = store.export()
+    batch[:] = 7
+    grads[:] = 100.0
+    assert store.export().differences(before) == []
+    assert before.values.tolist() == [[-0.5, -0.5]] * 3
 
 
 def test_con_3_errors_name_table_and_parameter(backend):

@@ -190,3 +190,69 @@ def test_opt_3_a_rejected_update_leaves_hot_rows_as_they_were(backend, monkeypat
     with pytest.raises(GradientError, match="overflows"):
         store.apply_gradients(result, np.array([[1, 1, 1], [-3e38, 0, 0]], dtype=np.float32), step=0)
     assert np.array_equal(store.lookup(keys(1, 2), train=False).rows, rows)
+
+
+def _zipf_batches(n, size=400, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.zipf(1.3, size) % 3000).astype(np.int64) for _ in range(n)]
+
+
+def test_opt_9_apply_by_result_equals_apply_by_keys(backend):
+    """OPT-9: a LookupResult's apply (no merge, the lookup's rows reused) leaves exactly the state and
+    statistics of the same apply given the result's unique keys, through growth, admission and eviction."""
+    stores = [make_store(backend, Adagrad(learning_rate=0.1), dim=4, device_vocabulary_size=256,
+                         dynamic_expansion=True, access_threshold=2, eviction_threshold=3,
+                         initializer=Initializer(stddev=0.1, seed=5)) for _ in range(2)]
+    rng = np.random.default_rng(1)
+    for step, batch in enumerate(_zipf_batches(12)):
+        results = [store.lookup(batch, step=step) for store in stores]
+        assert np.array_equal(results[0].rows, results[1].rows)
+        grads = rng.standard_normal((len(results[0].unique_keys), 4)).astype(F32)
+        applied = [stores[0].apply_gradients(results[0], grads, step=step),
+                   stores[1].apply_gradients(np.array(results[1].unique_keys), grads, step=step)]
+        assert applied[0] == applied[1]
+        if step % 4 == 3:
+            for store in stores:
+                store.evict()
+    assert stores[0].export().differences(stores[1].export()) == []
+    assert stores[0].stats() == stores[1].stats()
+
+
+def test_opt_9_a_stale_result_lands_on_the_keys_rows(backend):
+    """OPT-9: between lookup and apply the result's keys are evicted and their rows handed to other keys
+    (and to the same keys again); the apply still updates each key's current row, and no other."""
+    def store():
+        return _constant_store(backend, SGD(learning_rate=1.0), device_vocabulary_size=5, access_threshold=1,
+                               eviction_threshold=1)
+
+    stale, by_keys = store(), store()
+    results = [s.lookup(keys(1, 2, 3), step=0) for s in (stale, by_keys)]
+    for s in (stale, by_keys):
+        s.lookup(keys(9), step=1)
+        s.evict()                                   # 1, 2, 3 go; their rows are free
+        s.lookup(keys(6, 3, 7, 2), step=1)          # the freed rows return, to other keys and to 3 and 2
+    grads = np.array([[1, 0, 0], [2, 0, 0], [3, 0, 0]], dtype=F32)
+    assert stale.apply_gradients(results[0], grads, step=1) == 2           # 1 holds no row: dropped
+    assert by_keys.apply_gradients(np.array(results[1].unique_keys), grads, step=1) == 2
+    state = stale.export()
+    assert state.differences(by_keys.export()) == []
+    values = dict(zip(state.keys.tolist(), state.values[:, 0].tolist()))
+    assert values == {2: 0.5 - 2, 3: 0.5 - 3, 6: 0.5, 7: 0.5, 9: 0.5}
+
+
+def test_opt_9_fast_handles_are_checked_before_use(fast_backend):
+    """OPT-9 in the fast core: handles that name another key's row, a free row or no row at all are
+    re-resolved by key; the result equals resolving every key by key."""
+    from mxrec_ref.fast import optimizers as fast_optimizers   # local: the fast path may not be built (fast_backend skips first)
+
+    store = _constant_store("fast", SGD(learning_rate=1.0), device_vocabulary_size=64)
+    batch = np.arange(40, dtype=np.int64)
+    store.lookup(batch, step=0)
+    core = store._core
+    mask = np.ones(40, dtype=bool)
+    mask[5] = False
+    expected = fast_optimizers.resolve_rows(core, batch, mask)
+    rng = np.random.default_rng(3)
+    for handles in (expected[1][::-1].copy(), rng.integers(-5, 200, 40), np.full(40, -1, np.int64)):
+        got = fast_optimizers.resolve_rows(core, batch, mask, np.resize(handles, 40).astype(np.int64))
+        assert all(np.array_equal(a, b) for a, b in zip(got, expected))

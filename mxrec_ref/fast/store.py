@@ -57,20 +57,21 @@ class FastStore(InMemoryStore, TierMoves):
         # hot_index: each unique key's index in the hot block, probed on the
         # way, as the set is before this lookup's refresh (None: no hot set)
         if train:
-            rows, admitted, hot_index = self._train_lookup(unique, occurrences, step, timestamp, total)
+            rows, admitted, hot_index, handles = self._train_lookup(unique, occurrences, step, timestamp, total)
         else:
             rows, admitted, hot_index = lookup.gather(core, unique, total, self._default_row)   # LKP-5, HOT-3
+            handles = None
         padding, with_row, hot_hits = lookup.position_stats(core, keys, inverse, admitted, hot_index)
         self._count_positions(train, keys.size, padding, with_row)                # STAT-3
         self._counters["hot_hit_positions"] += hot_hits                           # HOT-4
         self._refresh_hot_if_due(train)                                           # HOT-2
         unique = lookup.pad(unique, total)
         return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
-                            n_unique, id(self))
+                            n_unique, id(self), handles)
 
     def _train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (rows, admitted, hot index of each unique key or None).  All checks happen before
+        (rows, admitted, hot index of each unique key or None, row handles).  All checks happen before
         the commit."""
         clock, source = self._training_clock(step, timestamp)                     # CON-5
         core = self._core
@@ -80,20 +81,20 @@ class FastStore(InMemoryStore, TierMoves):
         self._reserve(len(admit))                                                 # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
         init = initializers.initial_rows(self.config, unique[admit]) if len(admit) else None
-        rows, admitted = admission.commit_train(core, plan, clock, init, self._capacity_rows, total,
-                                                self._default_row)
+        rows, admitted, handles = admission.commit_train(core, plan, clock, init, self._capacity_rows, total,
+                                                         self._default_row)
         self.clock, self.clock_source = clock, source
         self._counters["admitted"] += len(admit)
         self._counters["train_lookups"] += 1
-        return rows, admitted, plan.hot_index
+        return rows, admitted, plan.hot_index, handles
 
     def _refresh_hot(self) -> None:
         hot.refresh_hot(self._core, self._hot_capacity)
 
     # ----------------------------------------------------------- gradients
-    def _apply(self, keys, grads, mask, step) -> int:
+    def _apply(self, keys, grads, mask, step, handles=None) -> int:
         core = self._core
-        positions, rows = optimizers.resolve_rows(core, keys, mask)               # OPT-2
+        positions, rows = optimizers.resolve_rows(core, keys, mask, handles)      # OPT-2, OPT-9
         # The kernels update in place: keep the rows to put back if the update overflows (OPT-3).
         saved = self._backup_buffer(len(rows))
         optimizers.save_rows(core, rows, saved)
@@ -104,6 +105,9 @@ class FastStore(InMemoryStore, TierMoves):
             raise self._overflow_error(int(keys[positions[bad]]))
         self._count_applied(len(keys), len(rows))                                 # STAT-5
         return len(rows)
+
+    def _apply_result(self, keys, grads, mask, step, handles) -> int:
+        return self._apply(keys, grads, mask, step, handles)                      # OPT-9
 
     def _backup_buffer(self, n: int) -> np.ndarray:
         """A reused [1 + slots, >= n, dim] buffer for _apply's copy of the rows

@@ -18,7 +18,8 @@ F32 = np.float32
 
 def resolve_rows(table: Table, keys: np.ndarray, mask: np.ndarray) -> tuple[list[int], np.ndarray]:
     """(positions, rows) of the gradient rows that update a row: re-resolved by key, so keys
-    evicted since the lookup, pending keys and padding drop (OPT-2, ADM-4)."""
+    evicted since the lookup, pending keys and padding drop (OPT-2, ADM-4).  A LookupResult's
+    keys too: the fast core's row handles are a checked shortcut to these same rows (OPT-9)."""
     positions, rows = [], []
     for i, key in enumerate(keys.tolist()):
         if mask[i] and key in table.row_of:
