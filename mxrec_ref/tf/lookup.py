@@ -247,8 +247,7 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     unique_keys, rows, inverse, admitted, step_used = tf.numpy_function(
         run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64], stateful=True,
         name="store_lookup")
-    if not tf.executing_eagerly():       # eager ops run in program order already
-        ordered(unique_keys.op, "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
+    ordered(unique_keys, "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
     unique_keys.set_shape([pad_to])
     rows.set_shape([pad_to, table.emb_size])
     inverse.set_shape(merged.shape)
