@@ -79,33 +79,49 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
     temporary folder behind (CKPT-10)."""
     table = config.name
     root = Path(checked_directory(directory, table))
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "table": table,
-        "dim": config.dim,
-        "key_dtype": config.key_dtype,
-        "optimizer": optimizer.describe(),
-        "n_keys": len(state.keys),
-        "n_pending": len(state.pending_keys),
-        "clock": state.clock,
-        "clock_source": state.clock_source,
-        "kind": "full" if previous is None else "delta",
-        "previous": None,
-    }
     with _io_errors(table, root):
         root.mkdir(parents=True, exist_ok=True)
         if previous is not None:
-            # the base, relative to this checkpoint folder, so a tree of checkpoints can move;
-            # both absolute here, so the current directory does not matter (CKPT-9)
-            meta["previous"] = os.path.relpath(os.path.realpath(previous), os.path.realpath(root))
             removed = np.zeros(0, np.int64) if removed is None else removed
-            meta["n_removed"] = len(removed)
+        meta = table_meta(config, optimizer, len(state.keys), len(state.pending_keys), state.clock,
+                          state.clock_source, root=root, previous=previous,
+                          n_removed=None if previous is None else len(removed))
         remove_stale_temporaries(root, table)
         with _temporary_folder(root, table) as temporary:
             fault_point("begin")
             _write_files(temporary, optimizer, state, meta, removed if previous is not None else None)
             _switch(temporary, root / table)
     return str(root / table)
+
+
+def table_meta(config: TableConfig, optimizer: SparseOptimizer, n_keys: int, n_pending: int, clock, clock_source,
+               *, root=None, previous=None, n_removed: int | None = None) -> dict:
+    """``meta.json`` of a table of ``n_keys`` admitted and ``n_pending`` pending keys (CKPT-1); a
+    delta (``previous``: the folder it builds on) also records its base and ``n_removed`` (CKPT-9)."""
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "table": config.name,
+        "dim": config.dim,
+        "key_dtype": config.key_dtype,
+        "optimizer": optimizer.describe(),
+        "n_keys": int(n_keys),
+        "n_pending": int(n_pending),
+        "clock": clock,
+        "clock_source": clock_source,
+        "kind": "full" if previous is None else "delta",
+        "previous": None,
+    }
+    if previous is not None:
+        # the base, relative to this checkpoint folder, so a tree of checkpoints can move;
+        # both absolute here, so the current directory does not matter (CKPT-9)
+        meta["previous"] = os.path.relpath(os.path.realpath(previous), os.path.realpath(root))
+        meta["n_removed"] = int(n_removed)
+    return meta
+
+
+def meta_bytes(meta: dict) -> bytes:
+    """``meta.json``'s bytes (one spelling, so every writer of a table writes the same file)."""
+    return json.dumps(meta, indent=1, sort_keys=True).encode()
 
 
 def check_delta_target(directory, previous, table: str) -> None:
@@ -163,7 +179,7 @@ def _write_files(folder: Path, optimizer: SparseOptimizer, state: TableState, me
         files += [(f"{name}/slice.data", np.ascontiguousarray(data)),
                   (f"{name}/slice.attribute", np.asarray(attribute, dtype=_INT64))]
     digests = _write_in_parallel(folder, files)
-    digests["meta.json"] = _write_file(folder, "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+    digests["meta.json"] = _write_file(folder, "meta.json", meta_bytes(meta))
     _write_manifest(folder, digests)
     for name, _, _ in sorted(slices):
         _fsync_directory(folder / name)
