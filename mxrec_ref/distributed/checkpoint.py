@@ -503,67 +503,108 @@ def _stream_owned(fd: int, folder: Path, config, optimizer, slots_required: bool
                                                               shape, rows, table))
                    for name, dtype, shape, rows, _ in layout}
         chunk = max(1, CHUNK_BYTES // sum(readers[name].row_bytes for name, *_ in layout if name != "removed"))
-        kept = {name: [] for name in ("keys", "values", "counts", "last_seen", "pending_keys", "pending_counts",
-                                      "pending_last_seen", "removed")}
-        kept_slots = {slot: [] for slot, _ in slot_files}
+        # a first pass over the keys alone counts this rank's, so its rows go straight into arrays of
+        # their final size: no pieces to join, the peak is the kept rows plus a chunk
+        n_mine = _count_kept(fd, "key/slice.data", 0, n, (), keep, chunk)
+        m_mine = _count_kept(fd, "feat_info/slice.data", n, m, (3,), keep, chunk)
+        r_mine = _count_kept(fd, "removed/slice.data", 0, n_removed, (), keep, chunk) if is_delta else 0
+        out = _Kept(folder, table)
+        keys, values = out.array("keys", n_mine), out.array("values", n_mine, dim, _FLOAT32)
+        counts, last_seen = out.array("counts", n_mine), out.array("last_seen", n_mine)
+        slots = {slot: out.array(slot, n_mine, dim, _FLOAT32) for slot, _ in slot_files}
+        pending, pending_counts, pending_last_seen = (out.array(name, m_mine) for name in ("pending", "pcounts", "pseen"))
+        removed = out.array("removed", r_mine) if is_delta else None
         checks = _KeyChecks(config, folder, problem)
         for start in range(0, n, chunk):
             rows = min(chunk, n - start)
-            keys = readers["key"].read(rows)
+            chunk_keys = readers["key"].read(rows)
             feat = readers["feat_info"].read(rows)
-            values = readers["embedding"].read(rows)
-            slots = {slot: readers[file].read(rows) for slot, file in slot_files}
-            if not np.array_equal(feat[:, 0], keys):
+            chunk_values = readers["embedding"].read(rows)
+            chunk_slots = {slot: readers[file].read(rows) for slot, file in slot_files}
+            if not np.array_equal(feat[:, 0], chunk_keys):
                 problem(folder / "feat_info", "its first keys differ from key/slice.data")
-            checks.admitted(keys, feat[:, 1])
-            mine = keep(keys)
-            kept["keys"].append(keys[mine])
-            kept["values"].append(values[mine])
-            kept["counts"].append(feat[mine, 1])
-            kept["last_seen"].append(feat[mine, 2])
-            for slot in kept_slots:
-                kept_slots[slot].append(slots[slot][mine])
+            checks.admitted(chunk_keys, feat[:, 1])
+            mine = keep(chunk_keys)
+            at = out.advance("keys", int(np.count_nonzero(mine)))
+            keys[at] = chunk_keys[mine]
+            values[at] = chunk_values[mine]
+            counts[at] = feat[mine, 1]
+            last_seen[at] = feat[mine, 2]
+            for slot in slots:
+                slots[slot][at] = chunk_slots[slot][mine]
         for start in range(0, m, chunk):
             feat = readers["feat_info"].read(min(chunk, m - start))
             checks.pending(feat[:, 0], feat[:, 1])
             mine = keep(feat[:, 0])
-            kept["pending_keys"].append(feat[mine, 0])
-            kept["pending_counts"].append(feat[mine, 1])
-            kept["pending_last_seen"].append(feat[mine, 2])
-        if is_delta:
-            for start in range(0, n_removed, chunk):
-                removed = readers["removed"].read(min(chunk, n_removed - start))
-                kept["removed"].append(removed[keep(removed)])
+            at = out.advance("pending", int(np.count_nonzero(mine)))
+            pending[at], pending_counts[at], pending_last_seen[at] = feat[mine, 0], feat[mine, 1], feat[mine, 2]
+        for start in range(0, n_removed if is_delta else 0, chunk):
+            chunk_removed = readers["removed"].read(min(chunk, n_removed - start))
+            mine = keep(chunk_removed)
+            removed[out.advance("removed", int(np.count_nonzero(mine)))] = chunk_removed[mine]
         for name in sorted(readers):     # the first problem in file-name order, as read_table reports it
             readers[name].finish()
     if problems:
         raise problems[0]
-    joined = {name: _join(parts, _INT64 if name != "values" else _FLOAT32, dim if name == "values" else None)
-              for name, parts in kept.items()}
-    if same_slots:
-        slots = {slot: _join(parts, _FLOAT32, dim) for slot, parts in kept_slots.items()}
-    else:
-        slots = {slot: np.full((len(joined["keys"]), dim), value, dtype=np.float32)
+    out.check_full()
+    if not same_slots:
+        slots = {slot: np.full((n_mine, dim), value, dtype=np.float32)
                  for slot, value in optimizer.slot_initial_values().items()}
-    keys, pending = joined["keys"], joined["pending_keys"]
     if pending.size and keys.size:    # a key is owned by one rank: some rank sees every such conflict
         at = np.minimum(np.searchsorted(keys, pending), keys.size - 1)
         if (keys[at] == pending).any():
             ckpt._corrupt(table, folder / "feat_info", "a key is both admitted and pending")
-    state = TableState(keys=keys, values=joined["values"], slots=slots, counts=joined["counts"],
-                       last_seen=joined["last_seen"], pending_keys=pending, pending_counts=joined["pending_counts"],
-                       pending_last_seen=joined["pending_last_seen"],
+    state = TableState(keys=keys, values=values, slots=slots, counts=counts, last_seen=last_seen,
+                       pending_keys=pending, pending_counts=pending_counts, pending_last_seen=pending_last_seen,
                        clock=None if clock is None else int(clock), clock_source=source)
-    removed = joined["removed"] if is_delta else None
     tally = VersionTally(str(folder), identity, (n, m, n_removed if is_delta else 0),
-                         (len(keys), len(pending), 0 if removed is None else len(removed)))
+                         (n_mine, m_mine, 0 if removed is None else len(removed)))
     return meta, state, removed, tally
 
 
-def _join(parts: list[np.ndarray], dtype, dim: int | None) -> np.ndarray:
-    if not parts:
-        return np.zeros((0,) if dim is None else (0, dim), dtype=dtype.newbyteorder("="))
-    return np.concatenate(parts)
+def _count_kept(fd: int, name: str, first_row: int, rows: int, shape: tuple, keep: Keep, chunk: int) -> int:
+    """How many of the ``rows`` keys from row ``first_row`` of ``name`` (keys, or rows whose first
+    column is the key) ``keep`` selects; read with ``pread``, nothing checked (the main pass does)."""
+    width = 8 * int(np.prod(shape, dtype=np.int64))
+    try:
+        file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ckpt._Vanished(name, "file listed in the manifest is missing") from None
+    try:
+        total = 0
+        for start in range(0, rows, chunk):
+            count = min(chunk, rows - start)
+            data = os.pread(file, count * width, (first_row + start) * width)
+            block = np.frombuffer(data, dtype=_INT64, count=len(data) // 8).reshape((-1,) + shape)
+            total += int(np.count_nonzero(keep(_keys(block.astype(np.int64, copy=False)))))
+        return total
+    finally:
+        os.close(file)
+
+
+class _Kept:
+    """Positions in the arrays of one rank's rows, filled a chunk at a time."""
+
+    def __init__(self, folder: Path, table: str):
+        self.folder, self.table = folder, table
+        self.size: dict[str, int] = {}
+        self.filled: dict[str, int] = {}
+
+    def array(self, name: str, rows: int, dim: int | None = None, dtype=_INT64) -> np.ndarray:
+        if name in ("keys", "pending", "removed"):
+            self.size[name], self.filled[name] = rows, 0
+        return np.empty((rows,) if dim is None else (rows, dim), dtype=dtype.newbyteorder("="))
+
+    def advance(self, name: str, rows: int) -> slice:
+        start = self.filled[name]
+        if start + rows > self.size[name]:      # the files changed between the two passes: never, they are immutable
+            ckpt._corrupt(self.table, self.folder, "changed while it was read")
+        self.filled[name] = start + rows
+        return slice(start, start + rows)
+
+    def check_full(self) -> None:
+        if self.filled != self.size:
+            ckpt._corrupt(self.table, self.folder, "changed while it was read")
 
 
 class _KeyChecks:
