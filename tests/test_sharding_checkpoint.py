@@ -307,3 +307,33 @@ def test_shard_11_warm_start_reads_each_owners_keys_and_counts_the_tables(backen
 
     for loaded, state in on_ranks(3, backend, body):
         assert loaded == len(saved.keys) and state.equals(one.export())
+
+
+def test_shard_11_ranks_that_read_different_versions_read_again(scratch, monkeypatch):
+    """A save replaces the table after rank 0 has read it and before rank 1 does: the ranks see that
+    they read different versions (the manifests differ) and both read again, the new one."""
+    on_ranks(2, "ref", lambda rank, store: (train(store, rank, 2, range(3)), store.save(scratch)))
+    newer = open_store(config(), optimizer())
+    newer.load(scratch)
+    newer.lookup(np.arange(200, 230), step=9)
+    read_owned, rank0_read, reads = sharded_checkpoint.read_owned, threading.Event(), []
+
+    def racing(*args, **options):
+        rank = threading.current_thread().name
+        if rank == "virtual-rank-1" and not reads:
+            assert rank0_read.wait(30)
+            newer.save(scratch)                       # the concurrent save, between the ranks' reads
+        result = read_owned(*args, **options)
+        reads.append(rank)
+        if rank == "virtual-rank-0":
+            rank0_read.set()
+        return result
+
+    monkeypatch.setattr(sharded_checkpoint, "read_owned", racing)
+
+    def load(rank, store):
+        store.load(scratch)
+        return store.export()
+
+    out = on_ranks(2, "ref", load)
+    assert len(reads) == 4 and all(state.equals(newer.export()) for state in out)
