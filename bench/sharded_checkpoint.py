@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import sys
 import time
 

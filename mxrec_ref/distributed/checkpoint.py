@@ -317,7 +317,8 @@ class _Reader:
             self.crc = zlib.crc32(rest, self.crc)
             self.done += len(rest)
         if self.done != self.entry.get("bytes"):
-            ckpt._corrupt(self.table, self.path, f"holds {self.done} bytes, the manifest says {self.entry.get('bytes')}")
+            ckpt._corrupt(self.table, self.path,
+                          f"holds {self.done} bytes, the manifest says {self.entry.get('bytes')}")
         if f"{self.crc:08x}" != self.entry.get("crc32"):
             ckpt._corrupt(self.table, self.path, "checksum differs from the manifest: the file is corrupted")
 
@@ -512,7 +513,8 @@ def _stream_owned(fd: int, folder: Path, config, optimizer, slots_required: bool
         keys, values = out.array("keys", n_mine), out.array("values", n_mine, dim, _FLOAT32)
         counts, last_seen = out.array("counts", n_mine), out.array("last_seen", n_mine)
         slots = {slot: out.array(slot, n_mine, dim, _FLOAT32) for slot, _ in slot_files}
-        pending, pending_counts, pending_last_seen = (out.array(name, m_mine) for name in ("pending", "pcounts", "pseen"))
+        pending, pending_counts, pending_last_seen = (out.array(name, m_mine)
+                                                      for name in ("pending", "pcounts", "pseen"))
         removed = out.array("removed", r_mine) if is_delta else None
         checks = _KeyChecks(config, folder, problem)
         for start in range(0, n, chunk):
