@@ -1,7 +1,8 @@
 """Sharded tables under a real ``mpirun`` (spec/sharding.md): {ref, fast} x {2, 4 ranks} x {train + save,
 reload N -> M and continue}, then a rank killed in a save (SHARD-10), each compared bit for bit with the
-virtual-rank emulation (SHARD-9) and the checkpoints with one process (SHARD-10, SHARD-11).  Skipped, with the reason, where there is no mpirun or
-mpi4py.  One launch per phase and rank count runs both backends (no TensorFlow: about a second each)."""
+virtual-rank emulation (SHARD-9) and the checkpoints with one process (SHARD-10, SHARD-11).  Skipped, with
+the reason, where there is no mpirun or mpi4py.  One launch per phase and rank count runs both backends (no
+TensorFlow: about a second each)."""
 from __future__ import annotations
 
 import importlib.util
