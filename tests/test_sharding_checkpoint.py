@@ -3,6 +3,7 @@ into the one-process layout; a load streams the files and keeps each rank's keys
 (VirtualWorld); the real-MPI runs are in tests/test_sharding_mpi.py."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -337,3 +338,31 @@ def test_shard_11_ranks_that_read_different_versions_read_again(scratch, monkeyp
 
     out = on_ranks(2, "ref", load)
     assert len(reads) == 4 and all(state.equals(newer.export()) for state in out)
+
+
+def test_shard_11_ssd_owners_save_and_load_their_slices(scratch):
+    """Owners with a device budget and rows on disk (TIER-*): 2 ranks save, 3 load, as one process does."""
+    cfg = config(access_threshold=1, dynamic_expansion=False, device_vocabulary_size=20, host_vocabulary_size=8,
+                 ssd_vocabulary_size=400, ssd_data_path=(str(scratch / "ssd"),))
+
+    def on_ssd_ranks(n, body):
+        def job(rank, comm):
+            own = dataclasses.replace(cfg, ssd_data_path=(str(scratch / f"ssd-{n}-{rank}"),))
+            return body(rank, ShardedStore(open_store(own, optimizer(), backend="fast"), comm))
+        return VirtualWorld(n).run(job)
+
+    def save(rank, store):
+        train(store, rank, 2, range(4))
+        store.save(scratch / "ckpt")
+        return store.export(), store.stats()["disk_rows"]
+
+    saved, on_disk = on_ssd_ranks(2, save)[0]
+    one = open_store(config(), optimizer())
+    one.load(scratch / "ckpt")
+
+    def load(rank, store):
+        store.load(scratch / "ckpt")
+        return store.export(), store.stats()["disk_rows"]
+
+    assert on_disk > 0 and one.export().equals(saved)
+    assert all(state.equals(saved) and disk > 0 for state, disk in on_ssd_ranks(3, load))
