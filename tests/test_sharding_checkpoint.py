@@ -213,10 +213,10 @@ def test_shard_10_a_failed_slice_write_fails_every_rank_and_keeps_the_old_table(
         if rank == 1:
             write_files = checkpoint._write_files
 
-            def broken(folder, *args):      # rank 1's slice only (the module is shared by the virtual ranks)
+            def broken(folder, *args, **options):      # rank 1's slice only (the module is shared by the virtual ranks)
                 if threading.current_thread().name == "virtual-rank-1":
                     raise OSError(28, "No space left on device", str(folder))
-                return write_files(folder, *args)
+                return write_files(folder, *args, **options)
             monkeypatch.setattr(checkpoint, "_write_files", broken)
         try:
             store.save(scratch)

@@ -83,7 +83,9 @@ def save(store, directory, incremental: bool) -> str:
                 meta["n_removed"] = len(removed)
             with ckpt._io_errors(name, folder):
                 folder.mkdir()
-                ckpt._write_files(folder, store.optimizer, state, meta, removed)
+                # not fsynced: rank 0 reads them back before the merged files are made durable, and
+                # after a crash nothing reads them (the old table is still in place)
+                ckpt._write_files(folder, store.optimizer, state, meta, removed, durable=False)
         _attempt(store, "save", write_slice)
 
         # 3. rank 0 merges the slices in key order and switches the table in (CKPT-4)
