@@ -4,7 +4,7 @@ Save (SHARD-10): every rank saves at the same call.  Rank 0 checks the target an
 temporary folder (``.<table>.writing-<pid>-<n>``, CKPT-4), whose path every rank receives; each rank
 writes its own keys -- or, for an incremental save, what changed in them (CKPT-9) -- into
 ``<temporary>/slices/rank<r>/`` with the one-process writer (same files, CRC-32 taken as the bytes are
-written, fsynced, manifest last); after a barrier rank 0 merges the slices in key order, a chunk at a
+written, manifest last; not fsynced, as nothing reads them after a crash); after a barrier rank 0 merges the slices in key order, a chunk at a
 time, into the one-process layout (CKPT-1) in the same temporary folder, deletes the slices, writes
 ``meta.json`` and ``manifest.json`` and switches the folder in atomically (CKPT-4).  The files are
 byte for byte those one process would write for the whole table.  Until the switch the old table is
