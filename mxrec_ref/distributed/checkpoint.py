@@ -4,9 +4,10 @@ Save (SHARD-10): every rank saves at the same call.  Rank 0 checks the target an
 temporary folder (``.<table>.writing-<pid>-<n>``, CKPT-4), whose path every rank receives; each rank
 writes its own keys -- or, for an incremental save, what changed in them (CKPT-9) -- into
 ``<temporary>/slices/rank<r>/`` with the one-process writer (same files, CRC-32 taken as the bytes are
-written, manifest last; not fsynced, as nothing reads them after a crash); after a barrier rank 0 merges the slices in key order, a chunk at a
-time, into the one-process layout (CKPT-1) in the same temporary folder, deletes the slices, writes
-``meta.json`` and ``manifest.json`` and switches the folder in atomically (CKPT-4).  The files are
+written, manifest last; not fsynced, as nothing reads them after a crash); after a barrier rank 0
+merges the slices in key order, a chunk at a time, into the one-process layout (CKPT-1) in the same
+temporary folder, deletes the slices, writes ``meta.json`` and ``manifest.json``, fsyncs them all and
+switches the folder in atomically (CKPT-4).  The files are
 byte for byte those one process would write for the whole table.  Until the switch the old table is
 untouched, so a rank killed at any point leaves the previous checkpoint loadable (SHARD-10).
 
