@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import zlib
@@ -43,6 +44,7 @@ CHUNK_BYTES = ckpt.CHUNK_BYTES       # rows merged or filtered at a time: about 
 _INT64, _FLOAT32 = np.dtype("<i8"), np.dtype("<f4")
 
 Keep = Callable[[np.ndarray], np.ndarray]      # keys -> bool mask of the keys this rank owns
+logger = logging.getLogger("mxrec_ref.distributed")
 
 
 # =============================================================================== save
@@ -105,6 +107,8 @@ def save(store, directory, incremental: bool) -> str:
     # rank 0 has removed the temporary folder (the old version, after a switch): "remove old"
     path = store._agree(error, "save", path=path)[0]["path"]
     store._last_checkpoint = (os.path.dirname(path), mine)
+    logger.info("table %r: rank %d of %d saved its %d keys to %s (%s)", name, rank, comm.size, len(mine.keys), path,
+                "incremental" if delta else "full")
     return path
 
 
@@ -655,6 +659,8 @@ def load(store, directory) -> None:
         store.local._import_state(state)      # the tiers import the same way (CON-10)
     store._last_checkpoint = (folder, state)
     store._share_stats(None, "load")
+    logger.info("table %r: rank %d of %d loaded its %d keys from %s", store.name, store.rank, store.rank_size,
+                len(state.keys), folder)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
