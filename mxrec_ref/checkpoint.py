@@ -79,33 +79,49 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
     temporary folder behind (CKPT-10)."""
     table = config.name
     root = Path(checked_directory(directory, table))
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "table": table,
-        "dim": config.dim,
-        "key_dtype": config.key_dtype,
-        "optimizer": optimizer.describe(),
-        "n_keys": len(state.keys),
-        "n_pending": len(state.pending_keys),
-        "clock": state.clock,
-        "clock_source": state.clock_source,
-        "kind": "full" if previous is None else "delta",
-        "previous": None,
-    }
     with _io_errors(table, root):
         root.mkdir(parents=True, exist_ok=True)
         if previous is not None:
-            # the base, relative to this checkpoint folder, so a tree of checkpoints can move;
-            # both absolute here, so the current directory does not matter (CKPT-9)
-            meta["previous"] = os.path.relpath(os.path.realpath(previous), os.path.realpath(root))
             removed = np.zeros(0, np.int64) if removed is None else removed
-            meta["n_removed"] = len(removed)
+        meta = table_meta(config, optimizer, len(state.keys), len(state.pending_keys), state.clock,
+                          state.clock_source, root=root, previous=previous,
+                          n_removed=None if previous is None else len(removed))
         remove_stale_temporaries(root, table)
         with _temporary_folder(root, table) as temporary:
             fault_point("begin")
             _write_files(temporary, optimizer, state, meta, removed if previous is not None else None)
             _switch(temporary, root / table)
     return str(root / table)
+
+
+def table_meta(config: TableConfig, optimizer: SparseOptimizer, n_keys: int, n_pending: int, clock, clock_source,
+               *, root=None, previous=None, n_removed: int | None = None) -> dict:
+    """``meta.json`` of a table of ``n_keys`` admitted and ``n_pending`` pending keys (CKPT-1); a
+    delta (``previous``: the folder it builds on) also records its base and ``n_removed`` (CKPT-9)."""
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "table": config.name,
+        "dim": config.dim,
+        "key_dtype": config.key_dtype,
+        "optimizer": optimizer.describe(),
+        "n_keys": int(n_keys),
+        "n_pending": int(n_pending),
+        "clock": clock,
+        "clock_source": clock_source,
+        "kind": "full" if previous is None else "delta",
+        "previous": None,
+    }
+    if previous is not None:
+        # the base, relative to this checkpoint folder, so a tree of checkpoints can move;
+        # both absolute here, so the current directory does not matter (CKPT-9)
+        meta["previous"] = os.path.relpath(os.path.realpath(previous), os.path.realpath(root))
+        meta["n_removed"] = int(n_removed)
+    return meta
+
+
+def meta_bytes(meta: dict) -> bytes:
+    """``meta.json``'s bytes (one spelling, so every writer of a table writes the same file)."""
+    return json.dumps(meta, indent=1, sort_keys=True).encode()
 
 
 def check_delta_target(directory, previous, table: str) -> None:
@@ -142,7 +158,10 @@ def checked_directory(directory, table: str) -> str:
 
 
 def _write_files(folder: Path, optimizer: SparseOptimizer, state: TableState, meta: dict,
-                 removed: np.ndarray | None) -> None:
+                 removed: np.ndarray | None, *, durable: bool = True) -> None:
+    """A table's files in ``folder``, manifest last.  ``durable=False`` skips the fsyncs: for a
+    sharded save's slices, which rank 0 reads back before its merged files are made durable and are
+    never read after a crash (SHARD-10)."""
     n, m, dim = meta["n_keys"], meta["n_pending"], meta["dim"]
     feat = np.empty((n + m, 3), dtype=_INT64)      # filled in place: one copy of each column
     for column, (admitted, pending) in enumerate(((state.keys, state.pending_keys),
@@ -162,12 +181,13 @@ def _write_files(folder: Path, optimizer: SparseOptimizer, state: TableState, me
         (folder / name).mkdir()
         files += [(f"{name}/slice.data", np.ascontiguousarray(data)),
                   (f"{name}/slice.attribute", np.asarray(attribute, dtype=_INT64))]
-    digests = _write_in_parallel(folder, files)
-    digests["meta.json"] = _write_file(folder, "meta.json", json.dumps(meta, indent=1, sort_keys=True).encode())
-    _write_manifest(folder, digests)
-    for name, _, _ in sorted(slices):
-        _fsync_directory(folder / name)
-    _fsync_directory(folder)
+    digests = _write_in_parallel(folder, files, durable=durable)
+    digests["meta.json"] = _write_file(folder, "meta.json", meta_bytes(meta), durable=durable)
+    _write_manifest(folder, digests, durable=durable)
+    if durable:
+        for name, _, _ in sorted(slices):
+            _fsync_directory(folder / name)
+        _fsync_directory(folder)
     fault_point("fsync folder")
 
 
@@ -507,12 +527,12 @@ def delta_bases(directory) -> list[str]:
 MANIFEST = "manifest.json"
 
 
-def _write_manifest(folder: Path, digests: dict[str, tuple[int, int]]) -> None:
+def _write_manifest(folder: Path, digests: dict[str, tuple[int, int]], *, durable: bool = True) -> None:
     """Every file of the table with its size and CRC-32, written last (CKPT-8).  The
     digests were taken from the bytes as they were written (CKPT-12): nothing is read back."""
     entries = {name: {"bytes": size, "crc32": f"{crc:08x}"} for name, (size, crc) in sorted(digests.items())}
     _write_file(folder, MANIFEST, json.dumps({"format_version": FORMAT_VERSION, "files": entries}, indent=1,
-                                             sort_keys=True).encode())
+                                             sort_keys=True).encode(), durable=durable)
 
 
 # ------------------------------------------------------------------ files
@@ -524,7 +544,7 @@ IO_THREADS = 4
 TABLE_THREADS = 4        # tables the TF Saver writes side by side (mxrec_ref/tf/saver.py)
 
 
-def _write_durably(path: Path, data) -> tuple[int, int]:
+def _write_durably(path: Path, data, durable: bool = True) -> tuple[int, int]:
     """Write ``data`` (a buffer) to a new file and fsync it (CKPT-8); returns its
     (size, CRC-32), taken in the same pass over the bytes as the write (CKPT-12)."""
     view = memoryview(data.reshape(-1).view(np.uint8) if isinstance(data, np.ndarray) else data)
@@ -536,27 +556,29 @@ def _write_durably(path: Path, data) -> tuple[int, int]:
             crc = zlib.crc32(chunk, crc)
             while chunk:
                 chunk = chunk[os.write(fd, chunk):]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     return len(view), crc
 
 
-def _write_file(folder: Path, name: str, data) -> tuple[int, int]:
+def _write_file(folder: Path, name: str, data, *, durable: bool = True) -> tuple[int, int]:
     """Write and fsync one file (CKPT-8: durable before the switch); its (size, CRC-32)."""
-    digest = _write_durably(folder / name, data)
+    digest = _write_durably(folder / name, data, durable)
     fault_point(f"fsync {name}")
     return digest
 
 
-def _write_in_parallel(folder: Path, files: list[tuple[str, np.ndarray]]) -> dict[str, tuple[int, int]]:
+def _write_in_parallel(folder: Path, files: list[tuple[str, np.ndarray]], *,
+                       durable: bool = True) -> dict[str, tuple[int, int]]:
     """Write and fsync ``files`` (name, buffer) on a pool of threads; the fault hook
     still names each file in the order given, once it is durable (CKPT-8), so the
     steps a kill test sees do not depend on thread timing."""
     digests = {}
     with ThreadPoolExecutor(max_workers=max(1, min(IO_THREADS, len(files))),
                             thread_name_prefix="mxrec-ckpt-write") as pool:
-        futures = [pool.submit(_write_durably, folder / name, data) for name, data in files]
+        futures = [pool.submit(_write_durably, folder / name, data, durable) for name, data in files]
         try:
             for (name, _), future in zip(files, futures):
                 digests[name] = future.result()

@@ -3,16 +3,20 @@ ranks by the same test, which compares the two bit for bit (SHARD-9).
 
     mpirun -np N python tests/sharding_child.py OUT train          # train, evict, save to OUT/<backend>
     mpirun -np M python tests/sharding_child.py OUT reload         # load OUT/<backend> on M ranks, go on
+    mpirun -np 2 python tests/sharding_child.py OUT reload kill-save   # ... then rank 1 is killed in a save
 
 Each phase runs for both backends in one launch (a launch costs a second or more) and rank 0 writes
 what every rank saw to ``OUT/<phase>-<ranks>.npz``.
 """
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import numpy as np
 
+from mxrec_ref import checkpoint
 from mxrec_ref.config import TableConfig
 from mxrec_ref.distributed import ShardedStore, world
 from mxrec_ref.optimizers import Adagrad
@@ -90,6 +94,18 @@ def hang(rank: int, comm) -> None:
     comm.barrier()
 
 
+def killed_save(rank: int, comm, folder: str) -> None:
+    """The reload's checkpoint saved again one step later, and rank 1 SIGKILLed once its slice is
+    written, while rank 0 waits for it: the launch dies and the reload's checkpoint stays (SHARD-10)."""
+    store = ShardedStore(open_store(config(), Adagrad(learning_rate=0.05), backend="ref"), comm)
+    target = f"{folder}/ref-reloaded-{comm.size}"
+    store.load(target)
+    train(rank, store, 11, 1, seed=3)
+    if rank == 1:
+        checkpoint.fault_hook = lambda step: step == "fsync manifest.json" and os.kill(os.getpid(), signal.SIGKILL)
+    store.save(target)
+
+
 if __name__ == "__main__":
     out_folder, phase_name = sys.argv[1], sys.argv[2]
     comm = world()
@@ -100,3 +116,5 @@ if __name__ == "__main__":
     if comm.rank == 0:
         np.savez(f"{out_folder}/{phase_name}-{comm.size}.npz", **gathered)
     comm.barrier()
+    if sys.argv[3:] == ["kill-save"]:
+        killed_save(comm.rank, comm, out_folder)

@@ -1,7 +1,8 @@
 """Sharded tables under a real ``mpirun`` (spec/sharding.md): {ref, fast} x {2, 4 ranks} x {train + save,
-reload N -> M and continue}, each compared bit for bit with the virtual-rank emulation (SHARD-9) and the
-checkpoints with one process (SHARD-10, SHARD-11).  Skipped, with the reason, where there is no mpirun or
-mpi4py.  One launch per phase and rank count runs both backends (no TensorFlow: about a second each)."""
+reload N -> M and continue}, then a rank killed in a save (SHARD-10), each compared bit for bit with the
+virtual-rank emulation (SHARD-9) and the checkpoints with one process (SHARD-10, SHARD-11).  Skipped, with
+the reason, where there is no mpirun or mpi4py.  One launch per phase and rank count runs both backends (no
+TensorFlow: about a second each)."""
 from __future__ import annotations
 
 import importlib.util
@@ -37,10 +38,11 @@ def mpirun() -> str:
     return found
 
 
-def run_child(ranks: int, folder: Path, phase: str, **env):
+def run_child(ranks: int, folder: Path, phase: str, *extra: str, **env):
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **env)
-    command = [mpirun(), "--oversubscribe", "-np", str(ranks), sys.executable, str(CHILD), str(folder), phase]
+    command = [mpirun(), "--oversubscribe", "-np", str(ranks), sys.executable, str(CHILD), str(folder), phase,
+               *extra]
     return command, subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -86,7 +88,17 @@ def test_shard_9_real_mpi_equals_the_virtual_ranks_and_checkpoints_move_between_
         shutil.copytree(real_dir / f"{backend}-reloaded-4", real_dir / backend, dirs_exist_ok=True)
         shutil.rmtree(virtual_dir / backend)
         shutil.copytree(virtual_dir / f"{backend}-reloaded-4", virtual_dir / backend, dirs_exist_ok=True)
-    assert_bitwise(launch(2, real_dir, "reload"), emulated(2, virtual_dir, "reload"))
+    # the same launch then saves again and rank 1 is SIGKILLed in that save, its slice written: the job
+    # ends, and the reload's checkpoint is still the one in place, complete (SHARD-10)
+    command, done = run_child(2, real_dir, "reload", "kill-save")
+    assert done.returncode != 0, f"{' '.join(command)}\n{done.stdout}\n{done.stderr}"
+    with np.load(real_dir / "reload-2.npz") as data:
+        assert_bitwise(dict(data), emulated(2, virtual_dir, "reload"))
+    one, other = (open_store(child.config(), Adagrad(learning_rate=0.05), backend="ref") for _ in range(2))
+    one.load(real_dir / "ref-reloaded-2")
+    other.load(virtual_dir / "ref-reloaded-2")
+    assert one.export().equals(other.export()) and one.size() > 0
+    assert any(name.startswith(".clicks.writing-") for name in os.listdir(real_dir / "ref-reloaded-2"))
 
 
 def test_shard_15_a_rank_left_waiting_ends_the_job_with_a_message(tmp_path):

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 
 import numpy as np
 
-from .. import checkpoint
 from ..contract import Store
 from ..errors import MxrecError, UsageError
-from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
+from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
+from . import checkpoint as sharded_checkpoint
 from .comm import Communicator, world
 
 try:
@@ -316,7 +315,7 @@ class ShardedStore(Store):
         mine = slice_state(state, self.rank, self.rank_size)
         error = None
         try:
-            self.local._check_fits(mine)
+            self.local._check_fits(len(mine.keys))
         except MxrecError as failed:
             error = failed
         headers = self._agree(error, "load", n_keys=len(mine.keys), n_pending=len(mine.pending_keys))
@@ -328,73 +327,37 @@ class ShardedStore(Store):
             self.local._import_state(mine)        # the tiers import the same way (CON-10)
         self._share_stats(None, "load")
 
+    def _owns(self, keys: np.ndarray) -> np.ndarray:
+        """Which of ``keys`` this rank owns (SHARD-2): the filter of every load (SHARD-11)."""
+        return owner_of(keys, self.rank_size) == self.rank
+
     def save(self, directory, *, incremental: bool = False) -> str:
-        """SHARD-10: every rank's slice merged, written by rank 0 in the one-process layout and switched
-        atomically (CKPT-*); every rank returns the path or raises rank 0's error."""
+        """SHARD-10: each rank writes its slice, rank 0 merges them into the one-process layout and
+        switches it in atomically (CKPT-*); every rank returns the path or raises (distributed/checkpoint.py)."""
         incremental = self._check_bool("incremental", incremental)
         with self._lock:
-            state = self._export()
-            path, error = None, None
-            if self.rank == 0:
-                try:
-                    path = self._write(directory, state, incremental)
-                except MxrecError as failed:
-                    error = failed
-            path, error = self.comm.bcast((path, error), root=0)
-            if error is not None:
-                raise error
-            self._last_checkpoint = (os.path.dirname(path), state)
-        return path
-
-    def _write(self, directory, state: TableState, incremental: bool) -> str:
-        """Store.save's writing, given the merged state (rank 0 only)."""
-        directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
-        if incremental and self._last_checkpoint is not None:
-            previous_dir, previous_state = self._last_checkpoint
-            checkpoint.check_delta_target(directory, previous_dir, self.name)
-            delta, removed = checkpoint.delta_between(previous_state, state)
-            return checkpoint.write_table(directory, self.config, self.optimizer, delta, previous=previous_dir,
-                                          removed=removed)
-        return checkpoint.write_table(directory, self.config, self.optimizer, state)
+            return sharded_checkpoint.save(self, directory, incremental)
 
     def load(self, directory) -> None:
-        """SHARD-11: every rank reads the merged checkpoint and keeps ``key mod rank_size == rank``."""
-        error, state = None, None
-        try:
-            directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
-            state = checkpoint.read_table(directory, self.config, self.optimizer)
-        except MxrecError as failed:
-            error = failed
-        self._agree(error, "load")
+        """SHARD-11: every rank streams the merged checkpoint and keeps ``key mod rank_size == rank``."""
         with self._lock:
-            self._import_state(state)
-            self._last_checkpoint = (directory, state)
-        logger.info("table %r: rank %d loaded its slice of %d keys from %s", self.name, self.rank,
-                    len(state.keys), directory)
+            sharded_checkpoint.load(self, directory)
 
-    def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
-        """WS-* on each owner's slice of the checkpoint (SHARD-11's filter)."""
-        error, loaded = None, None
-        try:
-            now = self._check_time("now", now, required=False)
-            loaded = checkpoint.read_table(directory, self.config, self.optimizer, source_table=source_table,
-                                           slots_required=False)
-        except MxrecError as failed:
-            error = failed
-        self._agree(error, "warm_start")
+    def plan_warm_start(self, directory, *, source_table: str | None = None, now: int | None = None, after=None):
+        """WS-7 on this rank's keys of the checkpoint (SHARD-11's filter); collective."""
+        return sharded_checkpoint.plan_warm_start(self, directory, source_table, now, after)
+
+    def apply_warm_start(self, plan) -> int:
+        """WS-3 on each owner's slice; collective.  Returns the keys loaded over every owner."""
         with self._lock:
-            mine = slice_state(loaded, self.rank, self.rank_size)
-            merged = merge_warm_start(self.local.export(), mine, self.config.admit_threshold, now)
-            error = None
-            try:
-                self.local._check_fits(merged)
-            except MxrecError as failed:
-                error = failed
-            self._agree(error, "warm_start")
-            with self.local._lock:
-                self.local._import_state(merged)
-            self._share_stats(None, "warm_start")
-        return len(loaded.keys)
+            return sharded_checkpoint.apply_warm_start(self, plan)
+
+    def table_clock(self) -> tuple[int | None, str | None]:
+        """The latest owner's clock (as ``export()`` has it), without gathering the table; collective."""
+        with self._lock:
+            clocks = self.comm.allgather(self.local.table_clock())
+        known = [clock for clock in clocks if clock[0] is not None]
+        return max(known) if known else (None, None)
 
 
 def merge_states(states: list[TableState]) -> TableState:
