@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mxrec_ref.config import TableConfig
-from mxrec_ref.distributed import VirtualWorld
+from mxrec_ref.distributed import ShardedStore, SingleProcess, VirtualWorld
 from mxrec_ref.distributed.replicated import ReplicatedStore, gather_rows
+from mxrec_ref.distributed.schedule import EvictionSchedule
 from mxrec_ref.errors import CapacityError, KeyInputError, UsageError
 from mxrec_ref.optimizers import SGD, Adagrad, LazyAdam
 from mxrec_ref.store import open_store
@@ -206,3 +207,68 @@ def test_shard_18_saved_once_by_rank_0_and_loaded_whole_on_any_rank_count(backen
     one.warm_start(tmp_path, now=3)
     for loaded, warm in VirtualWorld(2).run(reload):
         assert loaded.equals(saved) and warm.equals(one.export())
+
+
+# ----------------------------------------------------------------------------- SHARD-19
+def clocks(readings):
+    """A clock returning ``readings`` in turn (rank 0's); the other ranks' clocks must never be read."""
+    values = iter(readings)
+    return lambda: next(values)
+
+
+def never_read():
+    raise AssertionError("only rank 0 may read its clock (SHARD-19)")
+
+
+def test_shard_19_rank_0s_clock_decides_time_eviction_for_every_rank():
+    def body(rank, comm):
+        clock = clocks([0, 5, 11, 12, 25, 26]) if rank == 0 else never_read
+        schedule = EvictionSchedule(None, 10, clock, comm)
+        schedule.start()
+        return [schedule.due(step) for step in range(1, 6)]
+
+    assert VirtualWorld(3).run(body) == [[False, True, False, True, False]] * 3
+
+
+def test_shard_19_step_intervals_are_due_everywhere_without_a_clock():
+    schedule = EvictionSchedule(3, 10**9, clocks([0] * 10), SingleProcess())
+    assert [schedule.due(step) for step in range(1, 8)] == [False, False, True, False, False, True, False]
+
+
+@settings(max_examples=6)
+@given(n=st.integers(1, 3), gaps=st.lists(st.integers(0, 12), min_size=8, max_size=8),
+       step_interval=st.sampled_from([None, 3]), data=st.data())
+def test_shard_19_sharded_tables_evict_at_rank_0s_decisions_as_one_process_does(backend, n, gaps, step_interval,
+                                                                                 data):
+    """Training with eviction on rank 0's (injected) clock equals one process with that clock; the
+    other ranks' clocks are never read, so no wall clock reaches a result."""
+    readings = np.cumsum([0] + gaps).tolist()
+    cfg = config(access_threshold=1, eviction_threshold=2, device_vocabulary_size=16)
+    steps = [[np.array(data.draw(st.lists(st.integers(-1, 15), max_size=5)), np.int64) for _ in range(n)]
+             for _ in range(len(gaps))]
+
+    one = open_store(cfg, OPTIMIZERS["sgd"], backend=backend)
+    schedule, expected = EvictionSchedule(step_interval, 10, clocks(readings), SingleProcess()), []
+    schedule.start()
+    for step, slices in enumerate(steps):
+        result = one.lookup(np.concatenate(slices), step=step)
+        admitted = set(result.unique_keys[result.admitted].tolist())
+        keys = [u[np.isin(u, list(admitted))] for u in map(local_unique, slices)]
+        grads = [gradient_for(step, rank, k) for rank, k in enumerate(keys)]
+        one.apply_gradients(np.concatenate(keys), np.concatenate(grads).reshape(-1, DIM), step=step)
+        if schedule.due(step + 1):
+            expected.append((step, one.evict().tolist()))
+
+    def body(rank, comm):
+        store = ShardedStore(open_store(cfg, OPTIMIZERS["sgd"], backend=backend), comm)
+        schedule, evicted = EvictionSchedule(step_interval, 10, clocks(readings) if rank == 0 else never_read, comm), []
+        schedule.start()
+        for step, slices in enumerate(steps):
+            result = store.lookup(slices[rank], step=step)
+            store.apply_gradients(result, gradient_for(step, rank, result.unique_keys), step=step)
+            if schedule.due(step + 1):
+                evicted.append((step, store.evict().tolist()))
+        return evicted, store.export()
+
+    for evicted, state in VirtualWorld(n).run(body):
+        assert evicted == expected and state.differences(one.export()) == []
