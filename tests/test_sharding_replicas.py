@@ -272,3 +272,66 @@ def test_shard_19_sharded_tables_evict_at_rank_0s_decisions_as_one_process_does(
 
     for evicted, state in VirtualWorld(n).run(body):
         assert evicted == expected and state.differences(one.export()) == []
+
+
+# ----------------------------------------------------------------------------- SHARD-20
+HOT_STATS = ("hot_rows", "hot_refreshes", "hot_hit_positions")
+
+
+@settings(max_examples=30)
+@given(scenario=scenarios(), hot_rows=st.integers(1, 5), update_step=st.integers(1, 3))
+def test_shard_20_hot_replicas_change_nothing_at_any_rank_count(backend, scenario, hot_rows, update_step):
+    """HOT-3 across rank counts: with the hottest rows replicated on every rank, every rank's results,
+    export, evictions and statistics (but hot_*) equal the same ranks without replicas and one process."""
+    n, steps, optimizer, threshold, stamped = scenario
+    cfg = config(access_threshold=threshold, eviction_threshold=2 if not stamped else 150)
+    one, forward, evicted = run_one_process(backend, cfg, OPTIMIZERS[optimizer], steps, stamped)
+
+    def make(hot):
+        return lambda rank, comm: ShardedStore(open_store(cfg, OPTIMIZERS[optimizer], backend=backend), comm,
+                                               hot_rows=hot, hot_update_step=update_step)
+    with_hot = run_ranks(n, make(hot_rows), steps, stamped)
+    without = run_ranks(n, make(0), steps, stamped)
+    expected = one.export()
+    for rank, (hot_run, plain_run) in enumerate(zip(with_hot, without)):
+        store, state, rank_forward, rank_evicted, size, capacity, stats = hot_run
+        assert state.differences(expected) == [] and rank_evicted == evicted and size == one.size()
+        assert (size, capacity) == plain_run[4:6]
+        assert {k: v for k, v in stats.items() if k not in HOT_STATS} == \
+            {k: v for k, v in plain_run[6].items() if k not in HOT_STATS}
+        assert stats["hot_refreshes"] == sum(1 for s in steps if s[1]) // update_step
+        for (slices, _, _), mine, whole in zip(steps, rank_forward, forward):
+            assert_same_rows(mine, whole, slices, rank)
+        if len(store._hot.keys):           # the replica's rows are the owners' rows, bit for bit
+            replica = store._hot.replica.export()
+            rows = expected.values[np.searchsorted(expected.keys, replica.keys)]
+            assert np.array_equal(replica.values.view(np.uint32), rows.view(np.uint32))
+
+
+def test_shard_20_hot_keys_are_answered_locally_and_skip_the_row_exchange(backend):
+    cfg = config(access_threshold=1)
+    sent = []
+
+    def body(rank, comm):
+        original = comm._alltoallv
+
+        def counting(send, send_counts, recv_counts):
+            sent.append((rank, int(send_counts.sum()) - int(send_counts[rank]), send.dtype.itemsize * (
+                send[0].size if len(send) else 0)))
+            return original(send, send_counts, recv_counts)
+        comm._alltoallv = counting
+        store = ShardedStore(open_store(cfg, OPTIMIZERS["sgd"], backend=backend), comm, hot_rows=2,
+                             hot_update_step=1)
+        result = store.lookup([1, 2, 2, 3, 3, 3], step=0)     # refresh after it: the hot keys are 3 and 2
+        store.apply_gradients(result, np.ones((3, DIM), np.float32), step=0)
+        sent.clear() if rank == 0 else None
+        comm.barrier()
+        store.lookup([2, 3, 5], train=False)
+        return store._hot.keys.tolist(), store.stats()
+
+    out = VirtualWorld(2).run(body)
+    assert out[0][0] == [2, 3]
+    assert out[0][1]["hot_hit_positions"] == 4 and out[0][1]["hot_rows"] == 2
+    # the evaluation lookup sent only rank 0's key 5 to its owner, rank 1, which sent back its row and
+    # admitted flag: hot keys 2 and 3 never left either rank (without replicas: 2 keys and 4 answers more)
+    assert sorted((rank, n) for rank, n, _ in sent if n) == [(0, 1), (1, 1), (1, 1)]

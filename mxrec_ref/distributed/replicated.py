@@ -19,17 +19,11 @@ import numpy as np
 from .. import checkpoint
 from ..errors import MxrecError, UsageError
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
-from .comm import Communicator
+from .comm import Communicator, gather_rows
 from .sharded import ShardedStore, dedup
 
-
-def gather_rows(comm: Communicator, rows: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Every rank's ``rows`` concatenated in rank order (``counts[r]`` rows from rank r) on every rank:
-    an all-gather of unequal parts, as one ``alltoallv`` that sends this rank's rows to every rank."""
-    rows = np.ascontiguousarray(rows)
-    send = np.concatenate([rows] * comm.size) if comm.size > 1 else rows
-    received, _ = comm.alltoallv(send, np.full(comm.size, len(rows), np.int64), np.asarray(counts, np.int64))
-    return received
+# statistics a replica counts over every rank's batch (SHARD-17)
+_TABLE_POSITIONS = ("key_positions", "padding_positions", "default_positions", "grad_rows_dropped")
 
 
 class ReplicatedStore(ShardedStore):
@@ -40,7 +34,7 @@ class ReplicatedStore(ShardedStore):
 
     def __init__(self, local, comm: Communicator | None = None, *, divide_gradients: bool = False):
         super().__init__(local, comm, divide_gradients=divide_gradients)
-        self._table_positions = {name: 0 for name in self._positions}    # the whole batch's, every rank
+        self._table_positions = {name: 0 for name in _TABLE_POSITIONS}    # the whole batch's, every rank
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
