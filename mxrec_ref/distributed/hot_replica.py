@@ -35,11 +35,12 @@ class HotReplica:
         self._train_lookups = 0
 
     def is_hot(self, keys: np.ndarray) -> np.ndarray:
-        keys = np.asarray(keys, dtype=np.int64)
+        """Which ``keys`` hold a row in the replica: one hash probe a key in the replica's store (a binary
+        search over the hot keys costs several times more on a batch)."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
         if len(self.keys) == 0 or keys.size == 0:
             return np.zeros(keys.shape, dtype=bool)
-        at = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
-        return self.keys[at] == keys
+        return self.replica.row_handles(keys) >= 0
 
     def rows(self, keys: np.ndarray) -> np.ndarray:
         """The replica's rows of hot ``keys`` (distinct): an evaluation lookup changes nothing that matters."""

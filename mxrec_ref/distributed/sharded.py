@@ -267,10 +267,11 @@ class ShardedStore(Store):
         hot_keys, hot_sums = recv_keys[:0], recv_rows[:0]
         try:
             if self._hot is not None and len(recv_keys):
-                # SHARD-20: the rows this owner will apply to its hot keys, summed as the store sums them
-                summed_keys, summed, _ = _sum_duplicates(recv_keys, recv_rows, recv_keys != PADDING_KEY)
-                chosen = self._hot.is_hot(summed_keys)
-                hot_keys, hot_sums = summed_keys[chosen], summed[chosen]
+                # SHARD-20: sum the duplicates here, as the store would (OPT-1, the same function), so the
+                # sums this owner applies are known and go to every replica; the store gets distinct keys
+                recv_keys, recv_rows, _ = _sum_duplicates(recv_keys, recv_rows, recv_keys != PADDING_KEY)
+                chosen = self._hot.is_hot(recv_keys)
+                hot_keys, hot_sums = recv_keys[chosen], recv_rows[chosen]
             # duplicates (one per source rank) are summed in order of occurrence: source-rank order (OPT-1)
             applied = self.local.apply_gradients(recv_keys, recv_rows, step=step)
         except MxrecError as failed:
