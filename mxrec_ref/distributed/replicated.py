@@ -149,7 +149,7 @@ class ReplicatedStore(ShardedStore):
             path, error = None, None
             if self.rank == 0:
                 try:
-                    path = self._write_replica(directory, state, incremental)
+                    path = self._write(directory, state, incremental)
                 except MxrecError as failed:
                     error = failed
             path, error = self.comm.bcast((path, error), root=0)
@@ -158,7 +158,7 @@ class ReplicatedStore(ShardedStore):
             self._last_checkpoint = (os.path.dirname(path), state)
         return path
 
-    def _write_replica(self, directory, state: TableState, incremental: bool) -> str:
+    def _write(self, directory, state: TableState, incremental: bool) -> str:
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         if incremental and self._last_checkpoint is not None:
             previous_dir, previous_state = self._last_checkpoint
