@@ -3,6 +3,8 @@ decided on rank 0, and hot rows replicated on every rank -- on virtual ranks (Vi
 The real-mpirun scenarios are in tests/sharding_child.py (run by tests/test_sharding_mpi.py)."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -345,3 +347,24 @@ def test_shard_20_hot_keys_are_answered_locally_and_skip_the_row_exchange(backen
     # the evaluation lookup sent only rank 0's key 5 to its owner, rank 1, which sent back its row and
     # admitted flag: hot keys 2 and 3 never left either rank (without replicas: 2 keys and 4 answers more)
     assert sorted((rank, n) for rank, n, _ in sent if n) == [(0, 1), (1, 1), (1, 1)]
+
+
+# ----------------------------------------------------------------------------- SHARD-11 (a fix found here)
+def test_shard_11_a_fixed_size_sharded_table_loads_and_warm_starts_and_refuses_what_does_not_fit(backend, tmp_path):
+    """mxRec's default tables cannot grow: each owner checks its slice against its rows (CKPT-6)."""
+    cfg = config(access_threshold=1, dynamic_expansion=False, device_vocabulary_size=4)
+
+    def body(rank, comm):
+        store = ShardedStore(open_store(cfg, OPTIMIZERS["sgd"], backend=backend), comm)
+        store.lookup([1, 2, 3, 4, 5, 6], step=0)             # 3 keys an owner: they fit 4 rows
+        saved = store.save(tmp_path / "a")
+        store.load(tmp_path / "a")
+        loaded = store.export()
+        store.warm_start(tmp_path / "a", now=1)
+        small = ShardedStore(open_store(dataclasses.replace(cfg, device_vocabulary_size=2), backend=backend), comm)
+        with pytest.raises((CapacityError, UsageError)):
+            small.load(tmp_path / "a")
+        return saved, loaded, small.export()
+
+    for saved, loaded, small in VirtualWorld(2).run(body):
+        assert loaded.keys.tolist() == [1, 2, 3, 4, 5, 6] and len(small.keys) == 0

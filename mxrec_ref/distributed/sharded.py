@@ -355,7 +355,7 @@ class ShardedStore(Store):
         mine = slice_state(state, self.rank, self.rank_size)
         error = None
         try:
-            self.local._check_fits(mine)
+            self.local._check_fits(len(mine.keys))
         except MxrecError as failed:
             error = failed
         headers = self._agree(error, "load", n_keys=len(mine.keys), n_pending=len(mine.pending_keys))
@@ -430,7 +430,7 @@ class ShardedStore(Store):
             merged = merge_warm_start(self.local.export(), mine, self.config.admit_threshold, now)
             error = None
             try:
-                self.local._check_fits(merged)
+                self.local._check_fits(len(merged.keys))
             except MxrecError as failed:
                 error = failed
             self._agree(error, "warm_start")
