@@ -114,7 +114,8 @@ def test_shard_14_rank_queries_without_a_launcher():
 def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_batches(tmp_path):
     """Both backends and the `mxrec-ref train` job in one launch each way.  Key sets, counts, last-seen,
     pending keys and size() are bit-identical; rows, slots, dense weights and losses agree within
-    rtol 1e-5 / atol 1e-7 (SHARD-9); the dense checkpoint is rank 0's, the sparse one merged."""
+    rtol 1e-5 / atol 1e-7 (SHARD-9); the dense checkpoint is rank 0's, the sparse one merged.  The "user"
+    table is data-parallel (SHARD-16): replicas under mpirun, the same table as one process's."""
     launcher = mpirun()
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
