@@ -1,79 +1,101 @@
-"""What sharding costs per training step (spec/sharding.md), run under mpirun:
+"""What sharding costs per training step on real ranks (spec/sharding.md), run under mpirun:
 
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \\
         .venv/bin/mpirun --oversubscribe -np 2 .venv/bin/python bench/mpi_exchange.py [KEYS_PER_RANK]
 
-Each rank looks up and trains a Zipf batch of KEYS_PER_RANK keys (default 65,536; dim 16, fast backend) per
-step.  Measured on every rank, minimum over the timed steps (the least disturbed on a shared machine):
+Each rank trains on Zipf 1.05 batches of KEYS_PER_RANK keys (default 65,536; dim 16, fast backend; the
+keys of bench/workloads.py) per step.  Measured on every rank, minimum over the timed steps (the least
+disturbed on a shared machine), reported for the slowest rank:
 
 * ``local``: the same batch on a rank-unaware store (what one process does with this rank's batch);
-* ``sharded``: ShardedStore.lookup + apply_gradients, the exchanges included;
-* ``alltoall``: the step's two all-to-alls of keys (+ occurrence counts) and of rows alone, same counts;
-* bytes each rank sends to other ranks per step (keys, counts, rows, flags, gradient keys and rows).
+* ``sharded``: ShardedStore.lookup + apply_gradients, the exchanges included, hot replicas off;
+* ``alltoall``: the step's all-to-alls alone (keys + counts out, rows back, gradient rows out), same counts;
+* ``hot``: the sharded step with the hottest rows replicated on every rank (SHARD-20, default hot_rows),
+  and an evaluation lookup with and without them;
+* bytes each rank sends to other ranks per step (bench/sharding_workload.py's CountingCommunicator).
 
 Rank 0 prints one JSON line; bench/README.md ("Sharding over MPI") keeps the numbers as ratios.
+bench/test_shard_bench.py measures the same on virtual ranks under pytest-benchmark.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 import numpy as np
 
-from mxrec_ref import Adagrad, TableConfig, open_store
-from mxrec_ref.distributed import ShardedStore, route, world
-from mxrec_ref.distributed.sharded import dedup
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-DIM, WARM, TIMED = 16, 3, 8
+from mxrec_ref import Adagrad, TableConfig, hot, open_store  # noqa: E402
+from mxrec_ref.distributed import route, world  # noqa: E402
+from mxrec_ref.distributed.sharded import dedup  # noqa: E402
+from sharding_workload import CountingCommunicator, batches, hit_ratios, sharded_table, train_step  # noqa: E402
+from workloads import DIM, UNIVERSE  # noqa: E402
+
+WARM, TIMED = 4, 8
+
+
+def timed(comm, call) -> float:
+    comm.barrier()
+    tick = time.perf_counter()
+    call()
+    return time.perf_counter() - tick
 
 
 def main(keys_per_rank: int) -> None:
-    comm = world()
-    config = TableConfig("item", dim=DIM, device_vocabulary_size=1 << 20, dynamic_expansion=True)
-    sharded = ShardedStore(open_store(config, Adagrad(0.05), backend="fast"), comm)
-    local = open_store(config, Adagrad(0.05), backend="fast")
-    rng = np.random.default_rng(comm.rank)
-    times = {"local": [], "sharded": [], "alltoall": []}
-    sent = 0
+    comm = CountingCommunicator(world())
+    mine = batches(comm.rank, WARM + TIMED + 1, keys_per_rank)
+    config = TableConfig("item", dim=DIM, device_vocabulary_size=UNIVERSE, dynamic_expansion=True)
+    local = open_store(config, Adagrad(0.05), backend="fast", hot_rows=0)
+    plain = sharded_table(comm, 0, WARM)
+    replicated = sharded_table(comm, hot.hot_rows("item", DIM, None), WARM)
+    times = {name: [] for name in ("local", "sharded", "alltoall", "hot", "eval", "hot_eval")}
+    sent = {}
     for step in range(WARM + TIMED):
-        keys = (rng.zipf(1.05, keys_per_rank) % 2_000_000).astype(np.int64)
-        grads = lambda result: np.full((len(result.unique_keys), DIM), 0.01, np.float32)  # noqa: E731
-        tick = time.perf_counter()
-        result = local.lookup(keys, step=step)
-        local.apply_gradients(result, grads(result), step=step)
-        local_s = time.perf_counter() - tick
-        comm.barrier()
-        tick = time.perf_counter()
-        result = sharded.lookup(keys, step=step)
-        sharded.apply_gradients(result, grads(result), step=step)
-        sharded_s = time.perf_counter() - tick
-        unique, _, occurrences = dedup(keys, None)
+        keys = mine[step]
+        t_local = timed(comm, lambda: train_step(local, keys, step))
+        before = sum(comm.sent.values())
+        t_sharded = timed(comm, lambda: train_step(plain, keys, step))
+        sent["sharded"] = sum(comm.sent.values()) - before
+        before = sum(comm.sent.values())
+        t_hot = timed(comm, lambda: train_step(replicated, keys, step))
+        sent["hot"] = sum(comm.sent.values()) - before
+        if step == WARM - 1:         # the hot set was chosen after the warm-up; then HOT-1's default interval
+            replicated._hot.update_step = hot.DEFAULT_UPDATE_STEP
+        before = sum(comm.sent.values())
+        t_eval = timed(comm, lambda: plain.lookup(mine[-1], train=False))
+        sent["eval"] = sum(comm.sent.values()) - before
+        before = sum(comm.sent.values())
+        t_hot_eval = timed(comm, lambda: replicated.lookup(mine[-1], train=False))
+        sent["hot_eval"] = sum(comm.sent.values()) - before
+        unique, _, _ = dedup(keys, None)
         order, counts = route(unique, comm.size)
         received = np.asarray(comm.allgather(counts))[:, comm.rank]
-        pairs = np.stack([unique[order], occurrences[order]], axis=1)
+        pairs = np.zeros((len(unique), 2), np.int64)
         rows = np.zeros((int(received.sum()), DIM), np.float32)
-        comm.barrier()
-        tick = time.perf_counter()
-        comm.alltoallv(pairs, counts, received)
-        comm.alltoallv(rows, received, counts)
-        alltoall_s = time.perf_counter() - tick
-        others = int(counts.sum() - counts[comm.rank])
-        # lookup: key + count out, row + flag back; apply: key + row out
-        sent = others * (16 + 8 + 4 * DIM) + int(received.sum() - received[comm.rank]) * (4 * DIM + 1)
+        grads = np.zeros((len(unique), DIM), np.float32)
+        t_alltoall = timed(comm, lambda: (comm.alltoallv(pairs, counts, received),
+                                          comm.alltoallv(rows, received, counts),
+                                          comm.alltoallv(grads, counts, received)))
         if step >= WARM:
-            times["local"].append(local_s)
-            times["sharded"].append(sharded_s)
-            times["alltoall"].append(alltoall_s)
+            for name, value in (("local", t_local), ("sharded", t_sharded), ("alltoall", t_alltoall),
+                                ("hot", t_hot), ("eval", t_eval), ("hot_eval", t_hot_eval)):
+                times[name].append(value)
+    positions, distinct = hit_ratios(replicated, mine[-1])
     best = {name: min(values) for name, values in times.items()}
-    report = comm.allgather({**best, "bytes_sent": sent, "unique": len(unique)})
+    report = comm.allgather({"best": best, "sent": sent, "unique": len(np.unique(mine[-1])),
+                             "hit": (positions, distinct)})
     if comm.rank == 0:
+        slowest = {name: max(r["best"][name] for r in report) * 1e3 for name in best}
+        busiest = {name: max(r["sent"][name] for r in report) for name in sent}
         print(json.dumps({"ranks": comm.size, "keys_per_rank": keys_per_rank, "dim": DIM,
-                          "local_ms": max(r["local"] for r in report) * 1e3,
-                          "sharded_ms": max(r["sharded"] for r in report) * 1e3,
-                          "alltoall_ms": max(r["alltoall"] for r in report) * 1e3,
-                          "bytes_sent_per_rank": max(r["bytes_sent"] for r in report),
-                          "unique_per_rank": max(r["unique"] for r in report)}))
+                          **{f"{name}_ms": value for name, value in slowest.items()},
+                          **{f"bytes_{name}": value for name, value in busiest.items()},
+                          "unique_per_rank": max(r["unique"] for r in report),
+                          "hot_rows": replicated.stats()["hot_rows"],
+                          "hit_ratio_positions": report[0]["hit"][0], "hit_ratio_distinct": report[0]["hit"][1]}))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import numpy as np
 
 from mxrec_ref import checkpoint
 from mxrec_ref.config import TableConfig
-from mxrec_ref.distributed import ShardedStore, world
+from mxrec_ref.distributed import ReplicatedStore, ShardedStore, world
 from mxrec_ref.optimizers import Adagrad
 from mxrec_ref.store import open_store
 
@@ -75,6 +75,22 @@ def phase(name: str, rank: int, comm, folder: str, backend: str) -> dict:
     return out
 
 
+def replica_phase(kind: str, rank: int, comm, backend: str) -> dict:
+    """SHARD-16 (``dp``: a data-parallel table) and SHARD-20 (``hot``: hot rows replicated on every rank,
+    refreshed every 2 steps), trained as the train phase trains."""
+    local = open_store(config(), Adagrad(learning_rate=0.05), backend=backend)
+    store = ReplicatedStore(local, comm) if kind == "dp" else ShardedStore(local, comm, hot_rows=6, hot_update_step=2)
+    out = train(rank, store, 0, 7, seed=1)
+    state = store.export()
+    out.update(state_keys=state.keys, state_values=state.values, state_counts=state.counts,
+               state_last_seen=state.last_seen, state_accumulator=state.slots["accumulator"],
+               size=np.int64(store.size()), hot_hits=np.int64(store.stats()["hot_hit_positions"]))
+    if kind == "dp":
+        local_state = local.export()
+        out.update(replica_values=local_state.values, replica_handles=local.row_handles(local_state.keys))
+    return out
+
+
 def run(name: str, rank: int, comm, folder: str) -> dict:
     """Every backend's phase; rank-local arrays are gathered so rank 0 holds what every rank saw."""
     results = {}
@@ -82,6 +98,11 @@ def run(name: str, rank: int, comm, folder: str) -> dict:
         mine = phase(name, rank, comm, folder, backend)
         for r, theirs in enumerate(comm.allgather(mine)):
             results.update({f"{backend}/rank{r}/{key}": value for key, value in theirs.items()})
+        if name == "train" and backend == "fast":     # the virtual-rank tests cover both backends
+            for kind in ("dp", "hot"):
+                mine = replica_phase(kind, rank, comm, backend)
+                for r, theirs in enumerate(comm.allgather(mine)):
+                    results.update({f"{kind}-{backend}/rank{r}/{key}": value for key, value in theirs.items()})
     return results
 
 

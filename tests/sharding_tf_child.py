@@ -53,7 +53,8 @@ def job(out: str, backend: str, emulate: int | None) -> None:
     ranks, rank = (emulate, 0) if emulate else (hccl_ops.get_rank_size(), hccl_ops.get_rank_id())
     mx.init(backend=backend, use_dynamic=True)
     init = tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1)
-    tables = {name: mx.create_table(tf.int64, DIM, name, init, device_vocabulary_size=400,
+    # "user" is data-parallel: a replica on every rank under mpirun (SHARD-16), one table in one process
+    tables = {name: mx.create_table(tf.int64, DIM, name, init, device_vocabulary_size=400, is_dp=name == "user",
                                     all2all_gradients_op="sum_gradients_and_div_by_ranksize")
               for name in ("item", "user")}
     specs = [mx.FeatureSpec("user", table_name="user", access_threshold=2, eviction_threshold=50),

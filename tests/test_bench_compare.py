@@ -189,11 +189,16 @@ EVERY_RATIO = {
     "SSD read: disk tier / sequential file read | sequential file read",
     *(f"hot {kind}, Zipf {exponent}, {layout} rows: hot_rows=0 / default | hot_rows=0"
       for kind in ("lookup+gather", "train lookup") for exponent in (1.05, 1.2) for layout in ("scattered", "rank")),
+    # issue 17: sharded tables on virtual ranks (test_shard_bench.py)
+    "sharded step, 2 virtual ranks / local step on the global batch | sharded",
+    "all-to-alls of a step / sharded step, 2 virtual ranks | alltoall",
+    *(f"hot replicas, {kind}, Zipf 1.05, 2 virtual ranks: off / on | off"
+      for kind in ("training step", "evaluation lookup")),
 }
 
 
 def test_committed_baseline_has_every_ratio():
-    assert len(EVERY_RATIO) == 26
+    assert len(EVERY_RATIO) == 30
     assert set(json.loads(benchmarks.BASELINE.read_text())["ratios"]) == EVERY_RATIO
 
 

@@ -64,6 +64,23 @@ def assert_bitwise(real: dict, virtual: dict) -> None:
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), key
 
 
+def assert_replica_scenarios(real: dict, ranks: int) -> None:
+    """SHARD-16: under mpirun the data-parallel replicas are bit-identical on every rank (rows and row
+    placement) and hold as many keys as the sharded table; SHARD-20: hot replicas change nothing."""
+    for backend in ("fast",):
+        for r in range(ranks):
+            for field in ("replica_values", "replica_handles", "state_keys", "state_counts", "eval"):
+                a, b = real[f"dp-{backend}/rank0/{field}"], real[f"dp-{backend}/rank{r}/{field}"]
+                assert a.tobytes() == b.tobytes(), (backend, r, field)
+            plain = {k.split("/", 2)[2]: v for k, v in real.items() if k.startswith(f"{backend}/rank{r}/")}
+            hot = {k.split("/", 2)[2]: v for k, v in real.items() if k.startswith(f"hot-{backend}/rank{r}/")}
+            for field, value in hot.items():
+                if field in plain:
+                    assert value.tobytes() == plain[field].tobytes(), (backend, r, field)
+            assert int(hot["hot_hits"]) > 0
+        assert real[f"dp-{backend}/rank0/state_keys"].tobytes() == real[f"{backend}/rank0/state_keys"].tobytes()
+
+
 def test_shard_9_real_mpi_equals_the_virtual_ranks_and_checkpoints_move_between_rank_counts(tmp_path):
     """2 ranks train and save; 4 ranks load that and go on; 2 ranks load the 4 ranks' save and go on --
     each launch equal bit for bit to the same phase on virtual ranks; every save reads in one process."""
@@ -75,6 +92,8 @@ def test_shard_9_real_mpi_equals_the_virtual_ranks_and_checkpoints_move_between_
         virtual = emulated(ranks, virtual_dir, phase)
         assert_bitwise(real, virtual)
         assert any(k.endswith("forward0") or k.endswith("forward7") for k in real)
+        if phase == "train":
+            assert_replica_scenarios(real, ranks)
     for backend in child.BACKENDS:
         for name in (backend, f"{backend}-reloaded-4"):
             one, other = (open_store(child.config(), Adagrad(learning_rate=0.05), backend=backend)

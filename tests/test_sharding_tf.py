@@ -14,7 +14,7 @@ import tensorflow as tf
 import mxrec_ref.tf as mx
 from mxrec_ref.compat.mx_rec.util.communication import hccl_ops
 from mxrec_ref.config import TableConfig
-from mxrec_ref.distributed import VirtualWorld, set_world
+from mxrec_ref.distributed import ReplicatedStore, ShardedStore, VirtualWorld, set_world
 from mxrec_ref.errors import ConfigError
 from mxrec_ref.tf import distributed as tf_distributed
 from mxrec_ref.tf.optimizers import adagrad
@@ -114,7 +114,8 @@ def test_shard_14_rank_queries_without_a_launcher():
 def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_batches(tmp_path):
     """Both backends and the `mxrec-ref train` job in one launch each way.  Key sets, counts, last-seen,
     pending keys and size() are bit-identical; rows, slots, dense weights and losses agree within
-    rtol 1e-5 / atol 1e-7 (SHARD-9); the dense checkpoint is rank 0's, the sparse one merged."""
+    rtol 1e-5 / atol 1e-7 (SHARD-9); the dense checkpoint is rank 0's, the sparse one merged.  The "user"
+    table is data-parallel (SHARD-16): replicas under mpirun, the same table as one process's."""
     launcher = mpirun()
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -143,3 +144,15 @@ def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_bat
     assert int(real["ranks"]) == 2 and np.array_equal(real["size"], one["size"])
     np.testing.assert_allclose(real["test_auc"], one["test_auc"], rtol=1e-4)
     np.testing.assert_allclose(real["test_loss"], one["test_loss"], rtol=1e-4)
+
+
+def test_shard_16_an_is_dp_table_on_several_ranks_is_a_replica(two_ranks):
+    with tf.Graph().as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        init = tf.compat.v1.zeros_initializer()
+        dp = mx.create_table(tf.int64, 2, "dp", init, device_vocabulary_size=10, is_dp=True,
+                             all2all_gradients_op="sum_gradients_and_div_by_ranksize")
+        shard = mx.create_table(tf.int64, 2, "shard", init, device_vocabulary_size=10)
+        assert type(dp.store) is ReplicatedStore and dp.store.divide_gradients
+        assert type(shard.store) is ShardedStore
+        assert dp.store.capacity() == 10 and shard.store.capacity() == 20

@@ -101,6 +101,15 @@ def rank_order_sum(comm: Communicator, array: np.ndarray) -> np.ndarray:
     return total
 
 
+def gather_rows(comm: Communicator, rows: np.ndarray, counts) -> np.ndarray:
+    """Every rank's ``rows`` concatenated in rank order (``counts[r]`` rows from rank r) on every rank:
+    an all-gather of unequal parts, as one ``alltoallv`` that sends this rank's rows to every rank."""
+    rows = np.ascontiguousarray(rows)
+    send = np.concatenate([rows] * comm.size) if comm.size > 1 else rows
+    received, _ = comm.alltoallv(send, np.full(comm.size, len(rows), np.int64), np.asarray(counts, np.int64))
+    return received
+
+
 class SingleProcess(Communicator):
     """Rank 0 of 1: every collective returns what was given."""
 

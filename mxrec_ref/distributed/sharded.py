@@ -20,11 +20,13 @@ import logging
 
 import numpy as np
 
-from ..contract import Store
+from .. import hot
+from ..contract import Store, _sum_duplicates
 from ..errors import MxrecError, UsageError
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
 from . import checkpoint as sharded_checkpoint
-from .comm import Communicator, world
+from .comm import Communicator, gather_rows, world
+from .hot_replica import HotReplica
 
 try:
     from .. import _route      # the O(n) kernels (cext/_route.pyx); the numpy versions below are their oracle
@@ -37,7 +39,7 @@ logger = logging.getLogger("mxrec_ref.distributed")
 # table's; the others are summed over owners, except the positions, counted by the wrapper (SHARD-6).
 _PER_CALL = ("train_lookups", "eval_lookups", "grad_applies", "hot_refreshes")
 _POSITIONS = ("key_positions", "padding_positions", "default_positions")
-_WRAPPER_COUNTERS = _POSITIONS + ("grad_rows_dropped",)    # counted where the batch is, summed over ranks
+_WRAPPER_COUNTERS = _POSITIONS + ("grad_rows_dropped", "hot_hit_positions")  # counted where the batch is, summed
 
 
 def owner_of(keys: np.ndarray, rank_size: int) -> np.ndarray:
@@ -88,7 +90,8 @@ class ShardedStore(Store):
 
     backend_name = "sharded"
 
-    def __init__(self, local: Store, comm: Communicator | None = None, *, divide_gradients: bool = False):
+    def __init__(self, local: Store, comm: Communicator | None = None, *, divide_gradients: bool = False,
+                 hot_rows: int = 0, hot_update_step: int | None = None):
         super().__init__(local.config, local.optimizer)
         self.local = local
         self.comm = world() if comm is None else comm
@@ -100,6 +103,10 @@ class ShardedStore(Store):
         self._positions = {name: 0 for name in _WRAPPER_COUNTERS}
         self._owner_stats = [local.stats()] * self.rank_size
         self._sync_positions = {name: 0 for name in _WRAPPER_COUNTERS}
+        # SHARD-20: the hottest rows on every rank (not for tiered owners: their rows move between tiers)
+        rows = hot.hot_rows(local.name, local.config.dim, hot_rows)
+        self._hot = None if rows == 0 or local.tiered else HotReplica(
+            local, self.comm, rows, hot.update_step(local.name) if hot_update_step is None else hot_update_step)
 
     # ------------------------------------------------------------- helpers
     def _agree(self, error: Exception | None, what: str, **fields) -> list[dict]:
@@ -149,35 +156,50 @@ class ShardedStore(Store):
         self.comm.context = f"table {self.name!r}'s {'training' if train else 'evaluation'} lookup at step {step}"
         unique, inverse, occurrences = dedup(keys, counts)
         real = np.flatnonzero(unique != PADDING_KEY)          # padding never leaves the rank (SHARD-2)
-        order, send_counts = route(unique[real], self.rank_size)
+        hot_replica = self._hot
+        is_hot = hot_replica.is_hot(unique) if hot_replica is not None else np.zeros(len(unique), dtype=bool)
+        # SHARD-20: hot keys get no row back; in evaluation they are not even sent (the owner counts nothing)
+        travel = real if train else real[~is_hot[real]]
+        order, send_counts = route(unique[travel], self.rank_size)
+        outgoing = travel[order]
+        cold = outgoing[~is_hot[outgoing]]
+        back_counts = np.bincount(owner_of(unique[cold], self.rank_size), minlength=self.rank_size)
         headers = self._agree(None, "lookup", train=train, step=step, timestamp=timestamp,
-                              n_unique=len(unique), pad_to=pad_to, counts=send_counts)
+                              n_unique=len(unique), pad_to=pad_to, counts=send_counts, back=back_counts)
         step, timestamp = self._check_headers(headers, train, pad_to)
         matrix = np.stack([h["counts"] for h in headers])    # [source, owner]
+        back_matrix = np.stack([h["back"] for h in headers])
 
-        outgoing = real[order]
         send = np.stack([unique[outgoing], occurrences[outgoing]], axis=1)
         received, _ = self.comm.alltoallv(send, send_counts, matrix[:, self.rank])
         error = None
         try:
             answer = self.local.lookup(received[:, 0], train=train, step=step, timestamp=timestamp,
                                        counts=received[:, 1] if len(received) else None)
-            back_rows = np.take(answer.rows, answer.inverse, axis=0)
-            back_admitted = np.asarray(answer.admitted)[answer.inverse].astype(np.uint8)
+            back = answer.inverse if hot_replica is None else answer.inverse[~hot_replica.is_hot(received[:, 0])]
+            back_rows = np.take(answer.rows, back, axis=0)
+            back_admitted = np.asarray(answer.admitted)[back].astype(np.uint8)
         except MxrecError as failed:     # e.g. a fixed-size shard is full: every rank raises (SHARD-8)
             error = failed
         self._agree(error, "lookup")
-        rows_in, _ = self.comm.alltoallv(back_rows, matrix[:, self.rank], send_counts)
-        admitted_in, _ = self.comm.alltoallv(back_admitted, matrix[:, self.rank], send_counts)
+        rows_in, _ = self.comm.alltoallv(back_rows, back_matrix[:, self.rank], back_counts)
+        admitted_in, _ = self.comm.alltoallv(back_admitted, back_matrix[:, self.rank], back_counts)
 
         dim = self.config.dim
         rows = np.empty((len(unique), dim), dtype=np.float32)
         rows[:] = self.config.default_row()
         admitted = np.zeros(len(unique), dtype=bool)
-        rows[outgoing] = rows_in.reshape(-1, dim)
-        admitted[outgoing] = admitted_in.astype(bool)
+        rows[cold] = rows_in.reshape(-1, dim)
+        admitted[cold] = admitted_in.astype(bool)
+        hot_here = np.flatnonzero(is_hot)
+        if len(hot_here):                  # a hot key holds a row: the replica's equals the owner's
+            rows[hot_here] = hot_replica.rows(unique[hot_here])
+            admitted[hot_here] = True
+            self._positions["hot_hit_positions"] += int(np.count_nonzero(is_hot[inverse]))
         self._count_lookup_positions(keys, inverse, admitted)
         self._share_stats(None, "lookup")
+        if hot_replica is not None and train:
+            hot_replica.after_train_lookup(self.rank_size)
         n_unique = len(unique)
         if pad_to is not None and pad_to > n_unique:
             extra = pad_to - n_unique
@@ -241,12 +263,24 @@ class ShardedStore(Store):
         recv_keys, _ = self.comm.alltoallv(keys[outgoing], send_counts, matrix[:, self.rank])
         recv_rows, _ = self.comm.alltoallv(rows, send_counts, matrix[:, self.rank])
         error, applied = None, 0
+        recv_rows = recv_rows.reshape(-1, self.config.dim)
+        hot_keys, hot_sums = recv_keys[:0], recv_rows[:0]
         try:
+            if self._hot is not None and len(recv_keys):
+                # SHARD-20: sum the duplicates here, as the store would (OPT-1, the same function), so the
+                # sums this owner applies are known and go to every replica; the store gets distinct keys
+                recv_keys, recv_rows, _ = _sum_duplicates(recv_keys, recv_rows, recv_keys != PADDING_KEY)
+                chosen = self._hot.is_hot(recv_keys)
+                hot_keys, hot_sums = recv_keys[chosen], recv_rows[chosen]
             # duplicates (one per source rank) are summed in order of occurrence: source-rank order (OPT-1)
-            applied = self.local.apply_gradients(recv_keys, recv_rows.reshape(-1, self.config.dim), step=step)
+            applied = self.local.apply_gradients(recv_keys, recv_rows, step=step)
         except MxrecError as failed:
             error = failed
-        headers = self._share_stats(error, "apply_gradients", applied=applied)
+        headers = self._share_stats(error, "apply_gradients", applied=applied, n_hot=len(hot_keys))
+        if self._hot is not None:          # every replica applies what the owners applied to hot keys
+            sizes = [h["n_hot"] for h in headers]
+            self._hot.apply(gather_rows(self.comm, hot_keys, sizes),
+                            gather_rows(self.comm, hot_sums, sizes).reshape(-1, self.config.dim), step)
         return sum(h["applied"] for h in headers)
 
     # ------------------------------------------------------- eviction, size
@@ -269,7 +303,10 @@ class ShardedStore(Store):
         except MxrecError as failed:
             error = failed
         headers = self._share_stats(error, "evict", evicted=evicted)
-        return np.sort(np.concatenate([h["evicted"] for h in headers]))
+        evicted = np.sort(np.concatenate([h["evicted"] for h in headers]))
+        if self._hot is not None:
+            self._hot.drop(evicted)
+        return evicted
 
     def _size(self) -> int:
         return sum(s["size"] for s in self._owner_stats)
@@ -286,6 +323,9 @@ class ShardedStore(Store):
             stats[name] = self._sync_positions[name]
         # rows this rank never sent (padding, keys without a row at lookup) + the owners' drops
         stats["grad_rows_dropped"] += self._sync_positions["grad_rows_dropped"]
+        if self._hot is not None:          # SHARD-20: the replica's hot statistics
+            stats["hot_rows"], stats["hot_refreshes"] = len(self._hot.keys), self._hot.refreshes
+            stats["hot_hit_positions"] = self._sync_positions["hot_hit_positions"]
         return stats
 
     def stats(self) -> dict[str, int]:
@@ -340,6 +380,8 @@ class ShardedStore(Store):
 
     def load(self, directory) -> None:
         """SHARD-11: every rank streams the merged checkpoint and keeps ``key mod rank_size == rank``."""
+        if self._hot is not None:
+            self._hot.clear()              # rows change: the hot set is empty until its next refresh (SHARD-20)
         with self._lock:
             sharded_checkpoint.load(self, directory)
 
@@ -349,6 +391,8 @@ class ShardedStore(Store):
 
     def apply_warm_start(self, plan) -> int:
         """WS-3 on each owner's slice; collective.  Returns the keys loaded over every owner."""
+        if self._hot is not None:
+            self._hot.clear()              # rows change: the hot set is empty until its next refresh (SHARD-20)
         with self._lock:
             return sharded_checkpoint.apply_warm_start(self, plan)
 

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tensorflow.python.ops import variables as tf_variables    # where Scaffold finds the initializer
 
 from ..distributed.comm import rank_order_sum, world
+from ..distributed.replicated import ReplicatedStore
 from ..distributed.sharded import ShardedStore
 from ..errors import ConfigError
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
@@ -78,12 +79,14 @@ def device_id() -> int:
     return comm.rank % max(1, getattr(comm, "local_size", 1))
 
 
-def sharded(store, all2all_gradients_op: str = "sum_gradients"):
-    """A table's store as the TF layer uses it: this rank's shard behind a ShardedStore when the job has
-    several ranks (SHARD-2), the store itself on one."""
+def sharded(store, all2all_gradients_op: str = "sum_gradients", is_dp: bool = False):
+    """A table's store as the TF layer uses it: on several ranks this rank's shard behind a ShardedStore
+    (SHARD-2), or for an ``is_dp`` table this rank's full replica behind a ReplicatedStore (SHARD-16);
+    the store itself on one rank."""
     if world().size == 1:
         return store
-    return ShardedStore(store, world(), divide_gradients=all2all_gradients_op == "sum_gradients_and_div_by_ranksize")
+    kind = ReplicatedStore if is_dp else ShardedStore
+    return kind(store, world(), divide_gradients=all2all_gradients_op == "sum_gradients_and_div_by_ranksize")
 
 
 def rank_config(config):

@@ -7,6 +7,7 @@ import time
 
 import tensorflow as tf
 
+from ..distributed.schedule import EvictionSchedule
 from .config_initializer import ConfigInitializer
 from .constants import DEFAULT_EVICT_TIME_INTERVAL
 from .stats_scalars import check_positive, check_stat_names, check_tables, stat_scalars
@@ -19,7 +20,8 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
     Eviction itself uses each table's own clock (its latest step or data
     timestamp), never the wall clock; the wall clock only decides *when* the
     time-interval trigger fires, as in mxRec.  Pass ``clock=`` (a function
-    returning seconds) to make that trigger deterministic too.
+    returning seconds) to make that trigger deterministic too.  On several ranks only
+    rank 0's clock is read and its decision is broadcast (SHARD-19).
     """
 
     def __init__(self, evict_enable=False, evict_time_interval=DEFAULT_EVICT_TIME_INTERVAL, evict_step_interval=None,
@@ -34,12 +36,12 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         self.evict_enable = bool(evict_enable)
         self.evict_time_interval = evict_time_interval
         self.evict_step_interval = evict_step_interval
-        self._clock = clock
-        self._last_trigger = None
+        # on several ranks rank 0's clock decides and every rank follows (SHARD-19)
+        self._schedule = EvictionSchedule(evict_step_interval, evict_time_interval, clock)
         self.evicted: dict[str, int] = {}      # table -> keys evicted by this hook
 
     def begin(self):
-        self._last_trigger = self._clock()
+        self._schedule.start()
         self._seen_step = None
 
     def after_run(self, run_context, run_values):
@@ -54,11 +56,7 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         if step == self._seen_step:        # an evaluation run: no training step happened
             return
         self._seen_step = step
-        now = self._clock()
-        by_step = self.evict_step_interval is not None and step % self.evict_step_interval == 0
-        by_time = now - self._last_trigger > self.evict_time_interval
-        if by_step or by_time:
-            self._last_trigger = now
+        if self._schedule.due(step):
             self.evict_now()
 
     def evict_now(self) -> dict[str, int]:

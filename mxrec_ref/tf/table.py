@@ -102,7 +102,7 @@ class SparseTable:
                     self.config = self._frozen_config()
                     self._store = sharded(open_store(rank_config(self.config),
                                                      optimizer.store_optimizer if optimizer else None,
-                                                     backend=instance.backend), self.all2all_gradients_op)
+                                                     backend=instance.backend), self.all2all_gradients_op, self.is_dp)
         return self._store
 
     def lookup_batch(self, ids, *, is_train: bool, step: int, timestamp=None, pad_to=None) -> tuple[LookupResult, int]:
@@ -191,8 +191,8 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         raise ValueError(f"table {name!r}: shard_num: must be an integer in [1, 8192], got {shard_num!r}")
     initializer = initializer_from_tf(emb_initializer, name)
     if is_dp:
-        log_once("create_table:is_dp", f"table {name!r}: is_dp=True is accepted and changes nothing: in one process "
-                 f"every table is whole on rank 0 and has no all2all, which is what a data-parallel table is")
+        log_once("create_table:is_dp", f"table {name!r}: is_dp=True is accepted: on several ranks every rank holds "
+                 f"the whole table (SHARD-16); in one process every table is whole on rank 0 already")
     for parameter, value, default in (("enable_merge", enable_merge, False), ("padding_keys", padding_keys, None),
                                       ("padding_keys_mask", padding_keys_mask, False),
                                       ("padding_keys_len", padding_keys_len, None)):
