@@ -217,7 +217,7 @@ def test_shard_18_every_checkpoint_method_of_a_sharded_table_is_a_replicas_own()
     words = ("save", "load", "warm", "export", "import", "checkpoint", "slice", "write", "read", "merge")
     checkpointing = {name for name, value in vars(ShardedStore).items()
                      if callable(value) and any(word in name for word in words)}
-    assert {"save", "load", "warm_start", "_export", "_import_state"} <= checkpointing
+    assert {"save", "load", "plan_warm_start", "apply_warm_start", "_export", "_import_state"} <= checkpointing
     assert checkpointing <= set(vars(ReplicatedStore))
 
 
