@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# the suite runs on this many processes (pytest-xdist), a test file to a process so that module fixtures
+# (several launch TensorFlow subprocesses) run once; 0 runs it in this process
+TEST_WORKERS ?= 2
 
 .PHONY: demo demo-dist test bench ext clean
 
@@ -16,7 +19,7 @@ demo-dist: ext
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 $(VENV)/bin/mpirun --oversubscribe -np 2 $(PY) -m mxrec_ref train
 
 test: ext
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: ext
 	mkdir -p .benchmarks
