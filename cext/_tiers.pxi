@@ -83,3 +83,156 @@ def crc32_records(const uint8_t[:, ::1] records, Py_ssize_t covered):
         for i in range(n):
             crcs[i] = fast_crc32(&records[i, 0], <size_t>covered)
     return out
+
+
+cdef class DeviceLRU:
+    """The fast path's device tier (TIER-4, TIER-12): tick buckets over the
+    store's rows (a key keeps its row while it is in memory, EXP-4).  Per row
+    of the store's row range, ``node[row] = (tick of its last use or -1 off
+    the device, key)``: 16 bytes.  Every training lookup is one tick; its rows
+    are appended to a queue of (row, tick) entries, so the queue holds the
+    ticks in order; an entry is live while its row's tick is still the
+    entry's (a later touch or a removal makes it stale, never live again).
+    Rows leave from the old end: an oldest group (one tick's live entries)
+    that must go whole goes as it stands (which rows leave is TIER-4's rule,
+    their order is not), one that goes only in part gives its smallest keys
+    (an ``argpartition``, O(group)) -- "oldest tick first, smaller key first
+    within a tick", the reference's choice.  The queue is compacted in place
+    (live entries kept in order) once stale entries outnumber live ones, so it
+    holds at most ~3 entries of 16 bytes per device row.  A touch costs one
+    random access per key; the loops run without the GIL."""
+
+    cdef public object node, queue
+    cdef public Py_ssize_t n, device_rows, q_head, q_tail
+    cdef int64_t tick
+
+    def __init__(self, Py_ssize_t device_rows):
+        self.device_rows = device_rows
+        self.node = np.zeros((0, 2), dtype=np.int64)
+        self.queue = np.zeros((1024, 2), dtype=np.int64)
+        self.n = self.q_head = self.q_tail = 0
+        self.tick = 0
+
+    def _grow(self, Py_ssize_t rows):
+        """Room for row indexes below ``rows``."""
+        cdef Py_ssize_t have = self.node.shape[0]
+        if rows <= have:
+            return
+        extra = np.zeros((max(rows, 2 * have, 1024) - have, 2), dtype=np.int64)
+        extra[:, 0] = -1
+        self.node = np.concatenate([self.node, extra])
+
+    def _room(self, Py_ssize_t entries):
+        """Room for ``entries`` more queue entries: stale ones dropped first when they outnumber
+        the live ones (or the queue is full), then the queue grown if still needed."""
+        cdef Py_ssize_t used = self.q_tail - self.q_head
+        if used > 2 * self.n + 1024 or self.q_tail + entries > self.queue.shape[0]:
+            self._compact()
+        if self.q_tail + entries > self.queue.shape[0]:
+            grown = np.zeros((max(2 * self.queue.shape[0], self.q_tail + entries), 2), dtype=np.int64)
+            grown[:self.q_tail] = self.queue[:self.q_tail]
+            self.queue = grown
+
+    def _compact(self):
+        """Keep the live queue entries, in order, at the front."""
+        cdef int64_t[:, ::1] q = self.queue
+        cdef int64_t[:, ::1] nd = self.node
+        cdef Py_ssize_t i, out = 0
+        cdef int64_t r
+        with nogil:
+            for i in range(self.q_head, self.q_tail):
+                r = q[i, 0]
+                if nd[r, 0] == q[i, 1]:
+                    q[out, 0] = r
+                    q[out, 1] = q[i, 1]
+                    out += 1
+        self.q_head, self.q_tail = 0, out
+
+    def contains(self, const int64_t[::1] rows, const int64_t[::1] keys):
+        """Per key (with its row in memory, -1: none): on the device."""
+        cdef Py_ssize_t n = rows.shape[0], i, cap = self.node.shape[0]
+        out = np.zeros(n, dtype=np.bool_)
+        if n == 0 or cap == 0:
+            return out
+        cdef uint8_t[::1] o = out.view(np.uint8)
+        cdef int64_t[:, ::1] nd = self.node
+        cdef int64_t r
+        with nogil:
+            for i in range(n):
+                r = rows[i]
+                o[i] = 0 <= r < cap and nd[r, 0] >= 0 and nd[r, 1] == keys[i]
+        return out
+
+    def touch(self, const int64_t[::1] keys, const int64_t[::1] rows):
+        """Make ``keys`` (distinct, each with its row ``rows[i]`` >= 0) device
+        rows used now, as one tick; then take the least recently used rows off
+        the device until it holds ``device_rows``.  Returns (the keys sent back;
+        whether each of ``keys`` was on the device)."""
+        cdef Py_ssize_t n = keys.shape[0], i, j = 0, size = 0, live = 0
+        cdef int64_t top = -1, r, t
+        for i in range(n):
+            if rows[i] < 0:
+                raise ValueError(f"DeviceLRU.touch: key {keys[i]} has no row")
+            top = max(top, rows[i])
+        self._grow(top + 1)
+        self._room(n)
+        was = np.zeros(n, dtype=np.bool_)
+        cdef uint8_t[::1] w = was.view(np.uint8)
+        cdef int64_t[:, ::1] nd = self.node
+        cdef int64_t[:, ::1] q = self.queue
+        self.tick += 1
+        t = self.tick
+        with nogil:
+            for i in range(n):
+                r = rows[i]
+                if nd[r, 0] >= 0:
+                    w[i] = nd[r, 1] == keys[i]
+                else:
+                    self.n += 1
+                nd[r, 0] = t
+                nd[r, 1] = keys[i]
+                q[self.q_tail + i, 0] = r
+                q[self.q_tail + i, 1] = t
+            self.q_tail += n
+        cdef Py_ssize_t excess = max(0, self.n - self.device_rows)
+        victims = np.empty(excess, dtype=np.int64)
+        cdef int64_t[::1] v = victims
+        with nogil:
+            while j < excess and self.q_head < self.q_tail:
+                # The oldest group: its extent in the queue and its live entries.
+                t = q[self.q_head, 1]
+                size = live = 0
+                while self.q_head + size < self.q_tail and q[self.q_head + size, 1] == t:
+                    live += nd[q[self.q_head + size, 0], 0] == t
+                    size += 1
+                if live > excess - j:
+                    break
+                for i in range(self.q_head, self.q_head + size):   # the whole group goes
+                    r = q[i, 0]
+                    if nd[r, 0] == t:
+                        v[j] = nd[r, 1]
+                        nd[r, 0] = -1
+                        j += 1
+                self.n -= live
+                self.q_head += size
+        if j < excess:                      # part of it: the smallest keys of the group
+            if size == 0:
+                raise AssertionError("DeviceLRU: the queue lost device rows")   # an invariant, not input
+            entries = self.queue[self.q_head:self.q_head + size]
+            group = entries[self.node[entries[:, 0], 0] == entries[:, 1], 0]
+            take = group[np.argpartition(self.node[group, 1], excess - j - 1)[:excess - j]]
+            self.node[take, 0] = -1
+            self.n -= len(take)
+            victims[j:] = self.node[take, 1]
+        return victims, was
+
+    def remove_rows(self, rows):
+        """Take ``rows`` (on the device) off it; their queue entries go stale."""
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[self.node[rows, 0] >= 0]
+        self.node[rows, 0] = -1
+        self.n -= len(rows)
+
+    def clear(self):
+        self.node[:, 0] = -1
+        self.n = self.q_head = self.q_tail = 0

@@ -49,8 +49,14 @@ class FastStore(InMemoryStore, TierMoves):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        return self._lookup_deduped(self._dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+
+    def _dedup(self, keys, counts):
+        return lookup.dedup(self._core, keys, counts)                             # LKP-2
+
+    def _lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         core = self._core
-        unique, inverse, occurrences = lookup.dedup(core, keys, counts)           # LKP-2
+        unique, inverse, occurrences = deduped
         n_unique = len(unique)
         self._check_send_count(n_unique, pad_to)                                  # LKP-4
         total = n_unique if pad_to is None else max(pad_to, n_unique)
@@ -157,10 +163,6 @@ class FastStore(InMemoryStore, TierMoves):
     # ---------------------------------------------------------- tier moves
     def _rows_of(self, keys):
         return tiers.rows_of(self._core, self._slot_index, keys)
-
-    def _distinct(self, keys):
-        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
-        return lookup.dedup(self._core, keys, None)[0]
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._core, keys)

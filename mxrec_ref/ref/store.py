@@ -38,8 +38,14 @@ class RefStore(InMemoryStore, TierMoves):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        return self._lookup_deduped(self._dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+
+    def _dedup(self, keys, counts):
+        return lookup.dedup(keys, counts)                                         # LKP-2
+
+    def _lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         table, default_row = self._table, self.config.default_row()
-        unique, inverse, occurrences = lookup.dedup(keys, counts)                 # LKP-2
+        unique, inverse, occurrences = deduped
         self._check_send_count(len(unique), pad_to)                               # LKP-4
         if train:
             self._train_lookup(unique, occurrences, step, timestamp)
@@ -117,10 +123,6 @@ class RefStore(InMemoryStore, TierMoves):
     # ---------------------------------------------------------- tier moves
     def _rows_of(self, keys):
         return tiers.rows_of(self._table, keys)
-
-    def _distinct(self, keys):
-        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
-        return lookup.dedup(keys, None)[0]
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._table, keys)

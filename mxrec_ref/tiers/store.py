@@ -76,7 +76,9 @@ class TieredStore(Store):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
-        distinct = self._inner._distinct(keys)       # first-occurrence order, as the lookup's unique keys
+        # The batch's one dedup: its distinct keys serve the checks below and the lookup itself (TIER-12).
+        deduped = self._inner._dedup(keys, counts)
+        distinct = deduped[0]
         n_keys = len(distinct) - int(np.count_nonzero(distinct == PADDING_KEY))
         if train and n_keys > self.config.device_vocabulary_size:
             raise CapacityError(
@@ -88,37 +90,48 @@ class TieredStore(Store):
         if train:
             self._check_clock_source(self._inner.clock_source, timestamp)
         self._make_room_on_host()
-        # One probe of the batch's keys before the lookup: which rows are in memory (a row keeps its
-        # handle through the lookup, EXP-4), which keys to look for on disk.
-        handles = self._inner.row_handles(distinct)
-        came_back = self._bring_back(distinct, handles)
-        result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
+        self._bring_back(distinct)     # SSD: one probe of the batch's keys finds the ones to read
+        rows_before = self._inner.size()
+        result = self._inner._lookup_deduped(deduped, keys, shape, train, step, timestamp, pad_to, counts)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
-            in_memory_before = handles >= 0 if came_back is None else (handles >= 0) | came_back
-            self._put_on_device(result, in_memory_before, handles)
+            self._put_on_device(result, self._inner.size() - rows_before)
         if self._host_order is not None:
             self._note_host(distinct[distinct != PADDING_KEY])
         self._spill_to_disk()
         return dataclasses.replace(result, store_id=id(self))
 
-    def _put_on_device(self, result, in_memory_before: np.ndarray, handles: np.ndarray) -> None:
+    def _put_on_device(self, result, created: int) -> None:
         """TIER-4 after a training lookup: its rows are on the device, used
         now; rows that were in memory before it and off the device moved up.
-        ``handles``: the rows probed before the lookup (-1: none then), so that
-        the placement probes only the rows the lookup created or brought back."""
+        ``created``: the rows the lookup created (on the device, not moved up).
+        The lookup's own row handles locate the rows: no second probe."""
         held = result.admitted[:result.n_unique]
         unique = result.unique_keys[:result.n_unique]
-        sent_back, was_on_device = self._device.touch(unique[held], handles[:result.n_unique][held])
-        moved_up = in_memory_before[:result.n_unique][held] & ~was_on_device
-        self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
+        handles = result.row_handles
+        rows = None if handles is None else handles[:result.n_unique][held]
+        sent_back, was_on_device = self._device.touch(unique[held], rows)
+        moved_up = len(was_on_device) - int(np.count_nonzero(was_on_device)) - created
+        self._tier_counters["host_to_device_rows"] += moved_up
         self._tier_counters["device_to_host_rows"] += len(sent_back)
         self._note_host(sent_back)
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
+        return self._apply_tiered(keys, mask, lambda: self._inner._apply(keys, grads, mask, step))
+
+    def _apply_result(self, keys, grads, mask, step, handles) -> int:
+        """``handles``: the rows of a LookupResult of this store, passed on to the store behind,
+        which checks they still hold their keys (OPT-9): a row that went to disk and came back
+        since is found again by key."""
+        return self._apply_tiered(keys, mask,
+                                  lambda: self._inner._apply_result(keys, grads, mask, step, handles))
+
+    def _apply_tiered(self, keys, mask, apply) -> int:
+        """An apply between the tier moves: rows on disk come back first, the host order notes
+        the rows it touched, host memory spills after."""
         self._make_room_on_host()
         self._bring_back(keys[mask])
-        applied = self._inner._apply(keys, grads, mask, step)
+        applied = apply()
         self._note_host(keys[mask])
         self._spill_to_disk()
         return applied
@@ -141,28 +154,22 @@ class TieredStore(Store):
         self._inner.set_threshold(threshold)
 
     # ------------------------------------------------------- tier moves
-    def _bring_back(self, keys: np.ndarray, handles: np.ndarray | None = None) -> np.ndarray | None:
+    def _bring_back(self, keys: np.ndarray) -> None:
         """Rows of ``keys`` (repeats and padding allowed) that are on disk come back to host memory
-        (TIER-6); a corrupt record raises before anything changed.  ``handles``: the keys' rows
-        in memory if the caller probed them.  Returns which of ``keys`` came back (None: none)."""
+        (TIER-6); a corrupt record raises before anything changed."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
-            return None
-        if handles is None:
-            handles = self._inner.row_handles(keys)
-        absent = np.flatnonzero(handles < 0)        # a key in memory is not on disk
+            return
+        absent = keys[self._inner.row_handles(keys) < 0]        # a key in memory is not on disk
         if len(absent) == 0:
-            return None
-        came_back = np.zeros(len(keys), dtype=bool)
-        came_back[absent] = self._disk.contains(keys[absent])
-        on_disk = np.unique(keys[came_back])
+            return
+        on_disk = np.unique(absent[self._disk.contains(absent)])
         if len(on_disk) == 0:
-            return None
+            return
         values, slots, counts, last_seen = self._disk.read(on_disk)
         slot_map = dict(zip(self.optimizer.slot_names, slots))
         self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
         self._disk.remove(on_disk)
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
-        return came_back
 
     def _host_keys(self):
         """(keys, counts, last_seen) of the rows in host memory and not on the device:
