@@ -3,6 +3,70 @@
 # Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_of.
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
+from posix.unistd cimport pread as _c_pread
+from libc.errno cimport errno as _c_errno
+from libc.stdlib cimport realloc as _c_realloc
+from os import strerror as _strerror
+
+
+def pread_records(int fd, const int64_t[::1] offsets, Py_ssize_t record_bytes, Py_ssize_t max_gap,
+                  uint8_t[:, ::1] out):
+    """Read the records at ``offsets`` (sorted, ascending) of one SSD file
+    into the rows of ``out``, without the GIL: records closer than
+    ``max_gap`` bytes apart are fetched by one ``pread`` of their span
+    (gap included) and copied out of it, the others each by its own
+    ``pread`` straight into ``out``.  Returns (bytes read, the index of the
+    first record the file cut short or -1); a failing ``pread`` raises
+    OSError naming the offset."""
+    cdef Py_ssize_t n = offsets.shape[0], i = 0, j, k, cut = -1
+    cdef int64_t start, stop, total = 0
+    cdef ssize_t got
+    cdef int err = 0
+    cdef int64_t err_at = 0
+    cdef uint8_t* scratch = NULL
+    cdef Py_ssize_t scratch_bytes = 0
+    if out.shape[0] < n or (n and out.shape[1] != record_bytes):
+        raise ValueError(f"pread_records: out must be [{n}, {record_bytes}] bytes")
+    with nogil:
+        while i < n:
+            j = i + 1              # the span: records i .. j-1
+            while j < n and offsets[j] - offsets[j - 1] - record_bytes <= max_gap:
+                j += 1
+            start, stop = offsets[i], offsets[j - 1] + record_bytes
+            if stop - start == (j - i) * record_bytes:     # adjacent records: straight into out
+                got = _c_pread(fd, &out[i, 0], stop - start, start)
+                if got < 0:
+                    err, err_at = _c_errno, start
+                    break
+                total += got
+                if got < stop - start:
+                    cut = i + got // record_bytes
+                    break
+            else:
+                if stop - start > scratch_bytes:
+                    scratch_bytes = stop - start
+                    scratch = <uint8_t*>_c_realloc(scratch, scratch_bytes)
+                    if scratch == NULL:
+                        err, err_at = 12, start   # ENOMEM
+                        break
+                got = _c_pread(fd, scratch, stop - start, start)
+                if got < 0:
+                    err, err_at = _c_errno, start
+                    break
+                total += got
+                for k in range(i, j):
+                    if offsets[k] + record_bytes > start + got:
+                        cut = k
+                        break
+                    memcpy(&out[k, 0], scratch + (offsets[k] - start), record_bytes)
+                if cut >= 0:
+                    break
+            i = j
+        free(scratch)
+    if err:
+        raise OSError(err, f"{_strerror(err)} (reading at byte offset {err_at})")
+    return total, cut
+
 
 def entries_of(FastCore core not None, const int64_t[::1] keys):
     """(counts, last_seen) of ``keys``, which must all hold a row: what a
@@ -49,9 +113,10 @@ def put_rows(FastCore core not None, const int64_t[::1] keys, const int64_t[::1]
     ensure_rows(core, core.next_row + fresh, capacity)
     _populate_rows(core, core.next_row, fresh)
     rows = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] r_view = rows
     for i in range(n):
         row = take_row(core)
-        rows[i] = row
+        r_view[i] = row
         entry = &core.row_entries[row]
         entry.key = keys[i]
         entry.count = counts[i]
@@ -62,7 +127,7 @@ def put_rows(FastCore core not None, const int64_t[::1] keys, const int64_t[::1]
     for s, array in enumerate(arrays):
         source = array
         for i in range(n):
-            memcpy(_value_row(core, rows[i]) if s == 0 else _slot_row(core, s - 1, rows[i]),
+            memcpy(_value_row(core, r_view[i]) if s == 0 else _slot_row(core, s - 1, r_view[i]),
                    &source[i, 0], core.dim * sizeof(float))
 
 
@@ -236,3 +301,108 @@ cdef class DeviceLRU:
     def clear(self):
         self.node[:, 0] = -1
         self.n = self.q_head = self.q_tail = 0
+
+
+cdef inline bint _entry_less(const int64_t* a, const int64_t* b) noexcept nogil:
+    """(count, last seen, key) in lexicographic order (TIER-5)."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return a[1] < b[1]
+    return a[2] < b[2]
+
+
+cdef void _sift_down(int64_t* h, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t child
+    cdef int64_t tmp[3]
+    memcpy(tmp, h + 3 * i, 3 * sizeof(int64_t))
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _entry_less(h + 3 * (child + 1), h + 3 * child):
+            child += 1
+        if not _entry_less(h + 3 * child, tmp):
+            break
+        memcpy(h + 3 * i, h + 3 * child, 3 * sizeof(int64_t))
+        i = child
+    memcpy(h + 3 * i, tmp, 3 * sizeof(int64_t))
+
+
+cdef void _sift_up(int64_t* h, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t parent
+    cdef int64_t tmp[3]
+    memcpy(tmp, h + 3 * i, 3 * sizeof(int64_t))
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _entry_less(tmp, h + 3 * parent):
+            break
+        memcpy(h + 3 * i, h + 3 * parent, 3 * sizeof(int64_t))
+        i = parent
+    memcpy(h + 3 * i, tmp, 3 * sizeof(int64_t))
+
+
+cdef class HostHeap:
+    """The fast path's heap of TIER-5's order (TIER-12): a binary min-heap of
+    (count, last seen, key) int64 triples, 24 bytes an entry, compared as
+    tuples -- the same order as the reference's ``heapq`` of the same
+    triples, so both pop the same entries in the same order.  Lazy deletion
+    is the caller's (mxrec_ref.tiers.placement.HostOrder)."""
+
+    cdef public object entries
+    cdef public Py_ssize_t n
+
+    def __init__(self):
+        self.entries = np.zeros((1024, 3), dtype=np.int64)
+        self.n = 0
+
+    def __len__(self):
+        return self.n
+
+    def push(self, keys, counts, last_seen):
+        cdef const int64_t[::1] k = np.ascontiguousarray(keys, dtype=np.int64)
+        cdef const int64_t[::1] c = np.ascontiguousarray(counts, dtype=np.int64)
+        cdef const int64_t[::1] s = np.ascontiguousarray(last_seen, dtype=np.int64)
+        cdef Py_ssize_t m = k.shape[0], i, start = self.n
+        if m == 0:
+            return
+        if self.n + m > self.entries.shape[0]:
+            grown = np.zeros((max(2 * self.entries.shape[0], self.n + m), 3), dtype=np.int64)
+            grown[:self.n] = self.entries[:self.n]
+            self.entries = grown
+        cdef int64_t[:, ::1] e = self.entries
+        cdef int64_t* h = &e[0, 0]
+        with nogil:
+            for i in range(m):
+                h[3 * (start + i)] = c[i]
+                h[3 * (start + i) + 1] = s[i]
+                h[3 * (start + i) + 2] = k[i]
+            self.n = start + m
+            if m > start:          # heapify is O(n): cheaper than m sift-ups here
+                i = self.n // 2
+                while i > 0:
+                    i -= 1
+                    _sift_down(h, self.n, i)
+            else:
+                for i in range(start, start + m):
+                    _sift_up(h, i)
+
+    def pop(self, Py_ssize_t want):
+        """(counts, last_seen, keys) of the ``want`` smallest entries (fewer if the heap runs
+        out), smallest first."""
+        cdef Py_ssize_t m = max(0, min(want, self.n)), i
+        out = np.empty((m, 3), dtype=np.int64)
+        cdef int64_t[:, ::1] o = out
+        cdef int64_t[:, ::1] e = self.entries
+        cdef int64_t* h = &e[0, 0]
+        with nogil:
+            for i in range(m):
+                memcpy(&o[i, 0], h, 3 * sizeof(int64_t))
+                self.n -= 1
+                if self.n > 0:
+                    memcpy(h, h + 3 * self.n, 3 * sizeof(int64_t))
+                    _sift_down(h, self.n, 0)
+        return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
+
+    def clear(self):
+        self.n = 0

@@ -491,6 +491,7 @@ class TierMoves(ABC):
     # cannot shadow a base class's implementation).
     STORE_HOOKS = ("_apply", "_apply_result", "_evict", "_import_state")
     device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
+    host_heap: type            # the backend's heap of TIER-5's order (mxrec_ref.tiers.placement.HostOrder), TIER-12
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
     clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
 

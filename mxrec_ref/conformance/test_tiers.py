@@ -10,7 +10,7 @@ import pytest
 from mxrec_ref import (Adagrad, CapacityError, ConfigError, DiskCorruptionError, DiskFullError, MxrecError,
                        TableConfig, UsageError, open_store)
 from mxrec_ref.tiers import FastDevicePlacement, RefDevicePlacement
-from mxrec_ref.tiers.placement import HostOrder
+from mxrec_ref.tiers.placement import HostOrder, PyHostHeap
 
 from .checks import assert_unchanged, keys, snapshot
 
@@ -332,12 +332,15 @@ def test_tier_12_the_host_heap_spills_in_tier_5_order(backend, tmp_path):
     assert sum(spilled) > 20 and store.stats()["disk_to_host_rows"] > 0
 
 
-def test_tier_12_host_heap_entries_order_as_count_last_seen_key():
+@pytest.mark.parametrize("heap", ["ref", "fast"])
+def test_tier_12_host_heap_entries_order_as_count_last_seen_key(heap):
+    if heap == "fast":
+        fast = pytest.importorskip("mxrec_ref._fast")
     rng = np.random.default_rng(3)
     keys_ = rng.integers(-2**63, 2**63 - 1, size=300, dtype=np.int64)
     counts = rng.integers(0, 4, size=300).astype(np.int64)
     last_seen = rng.integers(-3, 3, size=300).astype(np.int64)
-    order = HostOrder()
+    order = HostOrder(fast.HostHeap() if heap == "fast" else PyHostHeap())
     order.push(keys_[:200], counts[:200], last_seen[:200])   # heapify, then pushes one by one
     order.push(keys_[200:], counts[200:], last_seen[200:])
     popped = order.pop(1000)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fast import FastCore
+from .._fast import FastCore, HostHeap
 from ..config import TableConfig
 from ..contract import InMemoryStore, TierMoves
 from ..optimizers import SparseOptimizer
@@ -36,6 +36,7 @@ from . import admission, checkpoint, eviction, hot, initializers, lookup, optimi
 class FastStore(InMemoryStore, TierMoves):
     backend_name = "fast"
     device_placement = FastDevicePlacement       # CON-10, TIER-4
+    host_heap = HostHeap                         # CON-10, TIER-12
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
                  hot_rows: int | None = None, hot_update_step: int | None = None):

@@ -175,24 +175,23 @@ class FastDevicePlacement:
 class HostOrder:
     """TIER-5's order over the host rows of an SSD table (in memory, off the
     device): least count first, then older last-seen, then smaller key, kept
-    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).  An
-    entry is one Python int, the three int64 fields as order-preserving
-    unsigned 64-bit words (sign bit flipped), count highest: ints compare
-    as the tuples would, in ~60 bytes instead of a tuple's ~160.
+    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).  The
+    heap is the backend's (``TierMoves.host_heap``): the reference's
+    ``PyHostHeap`` (``heapq``) or the fast path's ``HostHeap`` (C, 24 bytes an
+    entry); both order the same triples as tuples, so both pop the same.
 
     Every host row has an entry with its current (count, last_seen) by the
     time the heap is popped: the wrapper notes a row when it arrives on the
     host (sent back from the device, brought back from disk) and after every
     call that touched it, and pushes the noted host rows' entries before it
     pops (a load rebuilds the heap).  An entry is stale when its key has left the host or its
-    count or last-seen time changed since; ``candidates`` pops entries in
-    heap order and the caller checks them against the store.  One class for
-    both backends: the order is the same by construction, and the heap
+    count or last-seen time changed since; ``pop`` returns entries in
+    heap order and the caller checks them against the store.  The heap
     costs O(log n) per row a call touches, never a pass over the host rows.
     The heap is rebuilt from the store once stale entries outnumber live ones."""
 
-    def __init__(self):
-        self._heap: list[int] = []
+    def __init__(self, heap=None):
+        self._heap = PyHostHeap() if heap is None else heap
         self._noted: list[np.ndarray] = []   # keys to give a fresh entry before the next pop
         self.noted = 0
 
@@ -204,10 +203,39 @@ class HostOrder:
         self.noted += len(keys)
 
     def take_noted(self) -> np.ndarray:
-        """The noted keys, distinct and sorted; the note list is emptied."""
+        """The noted keys, distinct; the note list is emptied."""
         keys = np.unique(np.concatenate(self._noted)) if self._noted else np.zeros(0, dtype=np.int64)
         self._noted, self.noted = [], 0
         return keys
+
+    def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
+        self._heap.push(keys, counts, last_seen)
+
+    def pop(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(counts, last_seen, keys) of the ``n`` smallest entries (fewer if the heap runs out),
+        smallest first."""
+        return self._heap.pop(n)
+
+    def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
+        self.clear()
+        self.push(keys, counts, last_seen)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._noted, self.noted = [], 0
+
+
+class PyHostHeap:
+    """The reference's heap of (count, last_seen, key): ``heapq`` over Python
+    ints, the three int64 fields as order-preserving unsigned 64-bit words
+    (sign bit flipped), count highest -- ints compare as the tuples would, in
+    ~60 bytes instead of a tuple's ~160."""
+
+    def __init__(self):
+        self._heap: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
     def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
         words = [_ordered_words(column).tolist() for column in (counts, last_seen, keys)]
@@ -220,20 +248,14 @@ class HostOrder:
             heapq.heappush(self._heap, entry)
 
     def pop(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(counts, last_seen, keys) of the ``n`` smallest entries (fewer if the heap runs out),
-        smallest first."""
         heap = self._heap
         popped = [heapq.heappop(heap) for _ in range(min(n, len(heap)))]
         mask = (1 << 64) - 1
         return tuple(_from_ordered_words(np.array(column, dtype=np.uint64)) for column in
                      ([e >> 128 for e in popped], [(e >> 64) & mask for e in popped], [e & mask for e in popped]))
 
-    def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
-        self._heap, self._noted, self.noted = [], [], 0
-        self.push(keys, counts, last_seen)
-
     def clear(self) -> None:
-        self._heap, self._noted, self.noted = [], [], 0
+        self._heap = []
 
 
 _SIGN = np.uint64(1 << 63)

@@ -65,7 +65,7 @@ class TieredStore(Store):
         self._disk = None
         self._host_order = None
         if config.ssd_vocabulary_size > 0:
-            self._host_order = HostOrder()   # TIER-5's order, kept incrementally (TIER-12)
+            self._host_order = HostOrder(inner.host_heap())   # TIER-5's order, kept incrementally (TIER-12)
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
                                   folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
             # The disk tier is working storage, not a checkpoint: its files go with the store.
@@ -206,21 +206,25 @@ class TieredStore(Store):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
         entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
         stale entries) -- never a pass over the host rows."""
-        chosen_keys, chosen = [], []
-        taken: set[int] = set()
-        while len(taken) < excess:
-            counts, last_seen, keys = self._host_order.pop(excess - len(taken))
+        chosen_keys, chosen, taken, last_key = [], [], 0, None
+        while taken < excess:
+            counts, last_seen, keys = self._host_order.pop(excess - taken)
             if len(keys) == 0:
                 raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
-            fresh = np.array([key not in taken for key in keys.tolist()], dtype=bool)
-            fresh &= (self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)
+            # Two current entries of one key are equal, so they pop one after the other: keep the first.
+            fresh = np.ones(len(keys), dtype=bool)
+            fresh[1:] = keys[1:] != keys[:-1]
+            fresh[0] = keys[0] != last_key
+            last_key = keys[-1]
+            fresh &= self._inner.row_handles(keys) >= 0
+            fresh[fresh] = ~self._device.contains(keys[fresh])
             if not fresh.any():
                 continue
             at = np.flatnonzero(fresh)
             values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
             current = (now_counts == counts[at]) & (now_seen == last_seen[at])
             at, keep = at[current], np.flatnonzero(current)
-            taken.update(keys[at].tolist())
+            taken += len(at)
             chosen_keys.append(keys[at])
             chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
                            now_counts[keep], now_seen[keep]))
