@@ -139,12 +139,13 @@ class TieredStore(Store):
     # ------------------------------------------------------------ eviction
     def _evict(self, now):
         cutoff = self._eviction_cutoff(now, self._inner.clock)     # the inner store's clock, before it evicts
+        expired = None
+        if self._disk is not None and cutoff is not None and len(self._disk):
+            expired = self._disk.expired(cutoff)          # EVI-1, as in memory; may read (and raise) first
         evicted = self._inner._evict(now)
         self._device.forget(evicted)
-        if self._disk is None or cutoff is None or len(self._disk) == 0:
+        if expired is None:
             return evicted
-        disk_keys, _, disk_seen = self._disk.all_meta()
-        expired = disk_keys[disk_seen <= cutoff]                    # EVI-1, as in memory
         self._disk.remove(expired)
         self._disk_evicted += len(expired)
         return np.sort(np.concatenate([evicted, expired]))
