@@ -95,8 +95,6 @@ class TieredStore(Store):
         result = self._inner._lookup_deduped(deduped, keys, shape, train, step, timestamp, pad_to, counts)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
             self._put_on_device(result, self._inner.size() - rows_before)
-        if self._host_order is not None:
-            self._note_host(distinct[distinct != PADDING_KEY])
         self._spill_to_disk()
         return dataclasses.replace(result, store_id=id(self))
 
@@ -132,7 +130,6 @@ class TieredStore(Store):
         self._make_room_on_host()
         self._bring_back(keys[mask])
         applied = apply()
-        self._note_host(keys[mask])
         self._spill_to_disk()
         return applied
 
@@ -171,6 +168,7 @@ class TieredStore(Store):
         self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
         self._disk.remove(on_disk)
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
+        self._note_host(on_disk)
 
     def _host_keys(self):
         """(keys, counts, last_seen) of the rows in host memory and not on the device:
@@ -180,9 +178,10 @@ class TieredStore(Store):
         return keys[host], counts[host], last_seen[host]
 
     def _note_host(self, keys: np.ndarray) -> None:
-        """SSD mode: ``keys`` (repeats and keys without a row allowed) may have reached host
-        memory or changed their count or last-seen time: note them for the host order
-        (TIER-12).  Only noted here (an array append); ``_update_host_order`` gives them
+        """SSD mode: ``keys`` (repeats and keys without a row allowed) reached host memory: note
+        them for the host order (TIER-12).  Only a training lookup changes a row's count or
+        last-seen time, and it puts the row on the device, so a row needs a fresh entry only
+        when it reaches host memory.  Only noted here (an array append); ``_update_host_order`` gives them
         their entries when a spill needs the order, so a step that spills nothing pays
         nothing for it."""
         if self._host_order is not None and len(keys):
@@ -206,25 +205,34 @@ class TieredStore(Store):
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
         entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
-        stale entries) -- never a pass over the host rows."""
+        stale entries) -- never a pass over the host rows.  Pops twice what is still needed
+        (stale entries are common) and pushes back the current entries it did not take."""
         chosen_keys, chosen, taken, last_key = [], [], 0, None
         while taken < excess:
-            counts, last_seen, keys = self._host_order.pop(excess - taken)
+            need = excess - taken
+            counts, last_seen, keys = self._host_order.pop(2 * need + 64)
             if len(keys) == 0:
                 raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
             # Two current entries of one key are equal, so they pop one after the other: keep the first.
             fresh = np.ones(len(keys), dtype=bool)
             fresh[1:] = keys[1:] != keys[:-1]
             fresh[0] = keys[0] != last_key
-            last_key = keys[-1]
             fresh &= self._inner.row_handles(keys) >= 0
             fresh[fresh] = ~self._device.contains(keys[fresh])
-            if not fresh.any():
-                continue
             at = np.flatnonzero(fresh)
+            if len(at) == 0:
+                last_key = keys[-1]
+                continue
             values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
             current = (now_counts == counts[at]) & (now_seen == last_seen[at])
-            at, keep = at[current], np.flatnonzero(current)
+            keep = np.flatnonzero(current)[:need]
+            if len(keep) == need and keep[-1] + 1 < len(at):       # current entries past the last one taken
+                rest = at[keep[-1] + 1:][current[keep[-1] + 1:]]
+                self._host_order.push(keys[rest], counts[rest], last_seen[rest])
+                last_key = keys[at[keep[-1]]]
+            else:
+                last_key = keys[-1]
+            at = at[keep]
             taken += len(at)
             chosen_keys.append(keys[at])
             chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
