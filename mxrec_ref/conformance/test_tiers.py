@@ -346,3 +346,41 @@ def test_tier_12_host_heap_entries_order_as_count_last_seen_key(heap):
     popped = order.pop(1000)
     expected = sorted(zip(counts.tolist(), last_seen.tolist(), keys_.tolist()))
     assert list(zip(*(column.tolist() for column in popped))) == expected and len(order) == 0
+
+
+class _Counting:
+    """Forwards to the store behind the tiers, counting the calls of the named members."""
+
+    def __init__(self, inner, names):
+        object.__setattr__(self, "target", inner)
+        object.__setattr__(self, "calls", dict.fromkeys(names, 0))
+
+    def __getattr__(self, name):
+        value = getattr(self.target, name)
+        if name not in self.calls:
+            return value
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            return value(*args, **kwargs)
+        return counted
+
+
+@pytest.mark.parametrize("mode", ["ddr", "ssd"])
+def test_tier_12_a_tiered_lookup_dedups_once_and_probes_once(backend, mode, tmp_path):
+    """One dedup per tiered lookup (its distinct keys serve the device-budget check and the lookup);
+    in DDR mode no key-map probe besides the lookup's own (the placement reads the lookup's row
+    handles); the apply of the result passes its row handles on (OPT-9)."""
+    store = ddr(backend, device=4, host=100) if mode == "ddr" else ssd(backend, tmp_path, device=4, host=2)
+    names = ("_dedup", "_lookup", "_lookup_deduped", "row_handles", "_apply", "_apply_result")
+    counting = _Counting(store._inner, names)
+    store._inner = counting
+    for step in range(6):
+        result = store.lookup(keys(step, step + 1, step + 2, step, 7), step=step)
+        store.apply_gradients(result, np.ones((len(result.unique_keys), 2), np.float32), step=step)
+    calls = dict(counting.calls)
+    if mode == "ssd":       # the disk check and the spill's bookkeeping probe the map besides
+        assert calls.pop("row_handles") > 0 and store.stats()["disk_rows"] > 0
+    assert calls == {"_dedup": 6, "_lookup": 0, "_lookup_deduped": 6, "_apply": 0, "_apply_result": 6,
+                     **({"row_handles": 0} if mode == "ddr" else {})}
+    assert store.stats()["device_to_host_rows"] > 0     # the placement did move rows
