@@ -249,6 +249,8 @@ cdef class DeviceLRU:
         t = self.tick
         with nogil:
             for i in range(n):
+                if i + AHEAD < n:      # the rows are scattered over the row range: fetch ahead
+                    fast_prefetch(&nd[rows[i + AHEAD], 0])
                 r = rows[i]
                 if nd[r, 0] >= 0:
                     w[i] = nd[r, 1] == keys[i]
@@ -268,6 +270,8 @@ cdef class DeviceLRU:
                 t = q[self.q_head, 1]
                 size = live = 0
                 while self.q_head + size < self.q_tail and q[self.q_head + size, 1] == t:
+                    if self.q_head + size + AHEAD < self.q_tail:
+                        fast_prefetch(&nd[q[self.q_head + size + AHEAD, 0], 0])
                     live += nd[q[self.q_head + size, 0], 0] == t
                     size += 1
                 if live > excess - j:
