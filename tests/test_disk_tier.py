@@ -541,3 +541,19 @@ def test_index_against_a_dict_model(tmp_path):
     keys = tier.keys()
     keys[:] = 0  # the caller's copy, not the index
     assert len(np.unique(tier.keys())) == len(model)
+
+
+def test_tier_6_take_reads_and_forgets_the_keys_on_disk_in_one_search(tmp_path):
+    tier = tier_in([tmp_path], compact_ratio=1.0)
+    tier.write(*rows([5, 1, 9, 3]))
+    taken, values, slots, counts, last_seen = tier.take(np.array([9, 7, 1, -1]))   # absent keys ignored
+    assert taken.tolist() == [1, 9] and tier.keys().tolist() == [3, 5]
+    _, want_values, want_slots, want_counts, want_seen = rows([1, 9])
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(slots, want_slots)
+    assert counts.tolist() == want_counts.tolist() and last_seen.tolist() == want_seen.tolist()
+    assert tier.take(np.array([7]))[0].tolist() == []
+    os.truncate(tmp_path / "t.000000.ssd", RECORD)         # key 3's record is cut off: key 5 stays too
+    with pytest.raises(DiskCorruptionError, match="cut short"):
+        tier.take(np.array([3, 5]))
+    assert tier.keys().tolist() == [3, 5]

@@ -153,20 +153,19 @@ class TieredStore(Store):
 
     # ------------------------------------------------------- tier moves
     def _bring_back(self, keys: np.ndarray) -> None:
-        """Rows of ``keys`` (repeats and padding allowed) that are on disk come back to host memory
-        (TIER-6); a corrupt record raises before anything changed."""
+        """Rows of ``keys`` (distinct; padding allowed) that are on disk come back to host memory,
+        in key order (TIER-6); a corrupt record raises before anything changed.  One probe of
+        the key map and one search of the disk index."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
             return
         absent = keys[self._inner.row_handles(keys) < 0]        # a key in memory is not on disk
         if len(absent) == 0:
             return
-        on_disk = np.unique(absent[self._disk.contains(absent)])
+        on_disk, values, slots, counts, last_seen = self._disk.take(absent)
         if len(on_disk) == 0:
             return
-        values, slots, counts, last_seen = self._disk.read(on_disk)
         slot_map = dict(zip(self.optimizer.slot_names, slots))
         self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
-        self._disk.remove(on_disk)
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
         self._note_host(on_disk)
 
