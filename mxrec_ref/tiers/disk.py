@@ -437,7 +437,8 @@ class DiskTier:
     def _read_entries(self, unique: np.ndarray, entries: np.ndarray, take: np.ndarray):
         """(values, slots, counts, last_seen) of records ``take`` of the records of ``unique``
         at ``entries``, read file by file in offset order and checked; counted once all are."""
-        # Records as bytes (numpy moves structured arrays field by field, far slower), in read order; ``where``: each unique key's record there.
+        # Records as bytes (numpy moves structured arrays field by field, far slower), in read order;
+        # ``where``: each unique key's record there.
         parts, where, done = [np.empty((0, self._record_bytes), dtype=np.uint8)], np.empty(len(unique), np.intp), 0
         read = {"disk_reads": 0, "disk_bytes_read": 0}
         for file, rows in self._by_file(entries):
