@@ -117,6 +117,7 @@ def test_plain_sequential_file(benchmark, tmp_path, direction):
 # of the table on disk ("SSD hot": the tier bookkeeping without cold reads).  The tier ratios are a
 # mode's step over the HBM step at the same size, the flatness ratios a mode's step at N over its step
 # at the smallest size (bench/README.md).  10^7 keys only with MXREC_BENCH_TIER_HUGE=1 (minutes, ~3 GB).
+# bench/tier_scaling.py runs the same stores with the modes' rounds interleaved and draws the plot.
 STEP_BATCH = 8192
 STEP_DEVICE_ROWS = 16384
 STEPS_PER_ROUND = 8

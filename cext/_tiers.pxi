@@ -3,6 +3,70 @@
 # Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_of.
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
+from posix.unistd cimport pread as _c_pread
+from libc.errno cimport errno as _c_errno
+from libc.stdlib cimport realloc as _c_realloc
+from os import strerror as _strerror
+
+
+def pread_records(int fd, const int64_t[::1] offsets, Py_ssize_t record_bytes, Py_ssize_t max_gap,
+                  uint8_t[:, ::1] out):
+    """Read the records at ``offsets`` (sorted, ascending) of one SSD file
+    into the rows of ``out``, without the GIL: records closer than
+    ``max_gap`` bytes apart are fetched by one ``pread`` of their span
+    (gap included) and copied out of it, the others each by its own
+    ``pread`` straight into ``out``.  Returns (bytes read, the index of the
+    first record the file cut short or -1); a failing ``pread`` raises
+    OSError naming the offset."""
+    cdef Py_ssize_t n = offsets.shape[0], i = 0, j, k, cut = -1
+    cdef int64_t start, stop, total = 0
+    cdef ssize_t got
+    cdef int err = 0
+    cdef int64_t err_at = 0
+    cdef uint8_t* scratch = NULL
+    cdef Py_ssize_t scratch_bytes = 0
+    if out.shape[0] < n or (n and out.shape[1] != record_bytes):
+        raise ValueError(f"pread_records: out must be [{n}, {record_bytes}] bytes")
+    with nogil:
+        while i < n:
+            j = i + 1              # the span: records i .. j-1
+            while j < n and offsets[j] - offsets[j - 1] - record_bytes <= max_gap:
+                j += 1
+            start, stop = offsets[i], offsets[j - 1] + record_bytes
+            if stop - start == (j - i) * record_bytes:     # adjacent records: straight into out
+                got = _c_pread(fd, &out[i, 0], stop - start, start)
+                if got < 0:
+                    err, err_at = _c_errno, start
+                    break
+                total += got
+                if got < stop - start:
+                    cut = i + got // record_bytes
+                    break
+            else:
+                if stop - start > scratch_bytes:
+                    scratch_bytes = stop - start
+                    scratch = <uint8_t*>_c_realloc(scratch, scratch_bytes)
+                    if scratch == NULL:
+                        err, err_at = 12, start   # ENOMEM
+                        break
+                got = _c_pread(fd, scratch, stop - start, start)
+                if got < 0:
+                    err, err_at = _c_errno, start
+                    break
+                total += got
+                for k in range(i, j):
+                    if offsets[k] + record_bytes > start + got:
+                        cut = k
+                        break
+                    memcpy(&out[k, 0], scratch + (offsets[k] - start), record_bytes)
+                if cut >= 0:
+                    break
+            i = j
+        free(scratch)
+    if err:
+        raise OSError(err, f"{_strerror(err)} (reading at byte offset {err_at})")
+    return total, cut
+
 
 def entries_of(FastCore core not None, const int64_t[::1] keys):
     """(counts, last_seen) of ``keys``, which must all hold a row: what a
@@ -49,9 +113,10 @@ def put_rows(FastCore core not None, const int64_t[::1] keys, const int64_t[::1]
     ensure_rows(core, core.next_row + fresh, capacity)
     _populate_rows(core, core.next_row, fresh)
     rows = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] r_view = rows
     for i in range(n):
         row = take_row(core)
-        rows[i] = row
+        r_view[i] = row
         entry = &core.row_entries[row]
         entry.key = keys[i]
         entry.count = counts[i]
@@ -62,7 +127,7 @@ def put_rows(FastCore core not None, const int64_t[::1] keys, const int64_t[::1]
     for s, array in enumerate(arrays):
         source = array
         for i in range(n):
-            memcpy(_value_row(core, rows[i]) if s == 0 else _slot_row(core, s - 1, rows[i]),
+            memcpy(_value_row(core, r_view[i]) if s == 0 else _slot_row(core, s - 1, r_view[i]),
                    &source[i, 0], core.dim * sizeof(float))
 
 
@@ -83,3 +148,265 @@ def crc32_records(const uint8_t[:, ::1] records, Py_ssize_t covered):
         for i in range(n):
             crcs[i] = fast_crc32(&records[i, 0], <size_t>covered)
     return out
+
+
+cdef class DeviceLRU:
+    """The fast path's device tier (TIER-4, TIER-12): tick buckets over the
+    store's rows (a key keeps its row while it is in memory, EXP-4).  Per row
+    of the store's row range, ``node[row] = (tick of its last use or -1 off
+    the device, key)``: 16 bytes.  Every training lookup is one tick; its rows
+    are appended to a queue of (row, tick) entries, so the queue holds the
+    ticks in order; an entry is live while its row's tick is still the
+    entry's (a later touch or a removal makes it stale, never live again).
+    Rows leave from the old end: an oldest group (one tick's live entries)
+    that must go whole goes as it stands (which rows leave is TIER-4's rule,
+    their order is not), one that goes only in part gives its smallest keys
+    (an ``argpartition``, O(group)) -- "oldest tick first, smaller key first
+    within a tick", the reference's choice.  The queue is compacted in place
+    (live entries kept in order) once stale entries outnumber live ones, so it
+    holds at most ~3 entries of 16 bytes per device row.  A touch costs one
+    random access per key; the loops run without the GIL."""
+
+    cdef public object node, queue
+    cdef public Py_ssize_t n, device_rows, q_head, q_tail
+    cdef int64_t tick
+
+    def __init__(self, Py_ssize_t device_rows):
+        self.device_rows = device_rows
+        self.node = np.zeros((0, 2), dtype=np.int64)
+        self.queue = np.zeros((1024, 2), dtype=np.int64)
+        self.n = self.q_head = self.q_tail = 0
+        self.tick = 0
+
+    def _grow(self, Py_ssize_t rows):
+        """Room for row indexes below ``rows``."""
+        cdef Py_ssize_t have = self.node.shape[0]
+        if rows <= have:
+            return
+        extra = np.zeros((max(rows, 2 * have, 1024) - have, 2), dtype=np.int64)
+        extra[:, 0] = -1
+        self.node = np.concatenate([self.node, extra])
+
+    def _room(self, Py_ssize_t entries):
+        """Room for ``entries`` more queue entries: stale ones dropped first when they outnumber
+        the live ones (or the queue is full), then the queue grown if still needed."""
+        cdef Py_ssize_t used = self.q_tail - self.q_head
+        if used > 2 * self.n + 1024 or self.q_tail + entries > self.queue.shape[0]:
+            self._compact()
+        if self.q_tail + entries > self.queue.shape[0]:
+            grown = np.zeros((max(2 * self.queue.shape[0], self.q_tail + entries), 2), dtype=np.int64)
+            grown[:self.q_tail] = self.queue[:self.q_tail]
+            self.queue = grown
+
+    def _compact(self):
+        """Keep the live queue entries, in order, at the front."""
+        cdef int64_t[:, ::1] q = self.queue
+        cdef int64_t[:, ::1] nd = self.node
+        cdef Py_ssize_t i, out = 0
+        cdef int64_t r
+        with nogil:
+            for i in range(self.q_head, self.q_tail):
+                r = q[i, 0]
+                if nd[r, 0] == q[i, 1]:
+                    q[out, 0] = r
+                    q[out, 1] = q[i, 1]
+                    out += 1
+        self.q_head, self.q_tail = 0, out
+
+    def contains(self, const int64_t[::1] rows, const int64_t[::1] keys):
+        """Per key (with its row in memory, -1: none): on the device."""
+        cdef Py_ssize_t n = rows.shape[0], i, cap = self.node.shape[0]
+        out = np.zeros(n, dtype=np.bool_)
+        if n == 0 or cap == 0:
+            return out
+        cdef uint8_t[::1] o = out.view(np.uint8)
+        cdef int64_t[:, ::1] nd = self.node
+        cdef int64_t r
+        with nogil:
+            for i in range(n):
+                r = rows[i]
+                o[i] = 0 <= r < cap and nd[r, 0] >= 0 and nd[r, 1] == keys[i]
+        return out
+
+    def touch(self, const int64_t[::1] keys, const int64_t[::1] rows):
+        """Make ``keys`` (distinct, each with its row ``rows[i]`` >= 0) device
+        rows used now, as one tick; then take the least recently used rows off
+        the device until it holds ``device_rows``.  Returns (the keys sent back;
+        whether each of ``keys`` was on the device)."""
+        cdef Py_ssize_t n = keys.shape[0], i, j = 0, size = 0, live = 0
+        cdef int64_t top = -1, r, t
+        for i in range(n):
+            if rows[i] < 0:
+                raise ValueError(f"DeviceLRU.touch: key {keys[i]} has no row")
+            top = max(top, rows[i])
+        self._grow(top + 1)
+        self._room(n)
+        was = np.zeros(n, dtype=np.bool_)
+        cdef uint8_t[::1] w = was.view(np.uint8)
+        cdef int64_t[:, ::1] nd = self.node
+        cdef int64_t[:, ::1] q = self.queue
+        self.tick += 1
+        t = self.tick
+        with nogil:
+            for i in range(n):
+                if i + AHEAD < n:      # the rows are scattered over the row range: fetch ahead
+                    fast_prefetch(&nd[rows[i + AHEAD], 0])
+                r = rows[i]
+                if nd[r, 0] >= 0:
+                    w[i] = nd[r, 1] == keys[i]
+                else:
+                    self.n += 1
+                nd[r, 0] = t
+                nd[r, 1] = keys[i]
+                q[self.q_tail + i, 0] = r
+                q[self.q_tail + i, 1] = t
+            self.q_tail += n
+        cdef Py_ssize_t excess = max(0, self.n - self.device_rows)
+        victims = np.empty(excess, dtype=np.int64)
+        cdef int64_t[::1] v = victims
+        with nogil:
+            while j < excess and self.q_head < self.q_tail:
+                # The oldest group: its extent in the queue and its live entries.
+                t = q[self.q_head, 1]
+                size = live = 0
+                while self.q_head + size < self.q_tail and q[self.q_head + size, 1] == t:
+                    if self.q_head + size + AHEAD < self.q_tail:
+                        fast_prefetch(&nd[q[self.q_head + size + AHEAD, 0], 0])
+                    live += nd[q[self.q_head + size, 0], 0] == t
+                    size += 1
+                if live > excess - j:
+                    break
+                for i in range(self.q_head, self.q_head + size):   # the whole group goes
+                    r = q[i, 0]
+                    if nd[r, 0] == t:
+                        v[j] = nd[r, 1]
+                        nd[r, 0] = -1
+                        j += 1
+                self.n -= live
+                self.q_head += size
+        if j < excess:                      # part of it: the smallest keys of the group
+            if size == 0:
+                raise AssertionError("DeviceLRU: the queue lost device rows")   # an invariant, not input
+            entries = self.queue[self.q_head:self.q_head + size]
+            group = entries[self.node[entries[:, 0], 0] == entries[:, 1], 0]
+            take = group[np.argpartition(self.node[group, 1], excess - j - 1)[:excess - j]]
+            self.node[take, 0] = -1
+            self.n -= len(take)
+            victims[j:] = self.node[take, 1]
+        return victims, was
+
+    def remove_rows(self, rows):
+        """Take ``rows`` (on the device) off it; their queue entries go stale."""
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[self.node[rows, 0] >= 0]
+        self.node[rows, 0] = -1
+        self.n -= len(rows)
+
+    def clear(self):
+        self.node[:, 0] = -1
+        self.n = self.q_head = self.q_tail = 0
+
+
+cdef inline bint _entry_less(const int64_t* a, const int64_t* b) noexcept nogil:
+    """(count, last seen, key) in lexicographic order (TIER-5)."""
+    if a[0] != b[0]:
+        return a[0] < b[0]
+    if a[1] != b[1]:
+        return a[1] < b[1]
+    return a[2] < b[2]
+
+
+cdef void _sift_down(int64_t* h, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t child
+    cdef int64_t tmp[3]
+    memcpy(tmp, h + 3 * i, 3 * sizeof(int64_t))
+    while True:
+        child = 2 * i + 1
+        if child >= n:
+            break
+        if child + 1 < n and _entry_less(h + 3 * (child + 1), h + 3 * child):
+            child += 1
+        if not _entry_less(h + 3 * child, tmp):
+            break
+        memcpy(h + 3 * i, h + 3 * child, 3 * sizeof(int64_t))
+        i = child
+    memcpy(h + 3 * i, tmp, 3 * sizeof(int64_t))
+
+
+cdef void _sift_up(int64_t* h, Py_ssize_t i) noexcept nogil:
+    cdef Py_ssize_t parent
+    cdef int64_t tmp[3]
+    memcpy(tmp, h + 3 * i, 3 * sizeof(int64_t))
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _entry_less(tmp, h + 3 * parent):
+            break
+        memcpy(h + 3 * i, h + 3 * parent, 3 * sizeof(int64_t))
+        i = parent
+    memcpy(h + 3 * i, tmp, 3 * sizeof(int64_t))
+
+
+cdef class HostHeap:
+    """The fast path's heap of TIER-5's order (TIER-12): a binary min-heap of
+    (count, last seen, key) int64 triples, 24 bytes an entry, compared as
+    tuples -- the same order as the reference's ``heapq`` of the same
+    triples, so both pop the same entries in the same order.  Lazy deletion
+    is the caller's (mxrec_ref.tiers.placement.HostOrder)."""
+
+    cdef public object entries
+    cdef public Py_ssize_t n
+
+    def __init__(self):
+        self.entries = np.zeros((1024, 3), dtype=np.int64)
+        self.n = 0
+
+    def __len__(self):
+        return self.n
+
+    def push(self, keys, counts, last_seen):
+        cdef const int64_t[::1] k = np.ascontiguousarray(keys, dtype=np.int64)
+        cdef const int64_t[::1] c = np.ascontiguousarray(counts, dtype=np.int64)
+        cdef const int64_t[::1] s = np.ascontiguousarray(last_seen, dtype=np.int64)
+        cdef Py_ssize_t m = k.shape[0], i, start = self.n
+        if m == 0:
+            return
+        if self.n + m > self.entries.shape[0]:
+            grown = np.zeros((max(2 * self.entries.shape[0], self.n + m), 3), dtype=np.int64)
+            grown[:self.n] = self.entries[:self.n]
+            self.entries = grown
+        cdef int64_t[:, ::1] e = self.entries
+        cdef int64_t* h = &e[0, 0]
+        with nogil:
+            for i in range(m):
+                h[3 * (start + i)] = c[i]
+                h[3 * (start + i) + 1] = s[i]
+                h[3 * (start + i) + 2] = k[i]
+            self.n = start + m
+            if m > start:          # heapify is O(n): cheaper than m sift-ups here
+                i = self.n // 2
+                while i > 0:
+                    i -= 1
+                    _sift_down(h, self.n, i)
+            else:
+                for i in range(start, start + m):
+                    _sift_up(h, i)
+
+    def pop(self, Py_ssize_t want):
+        """(counts, last_seen, keys) of the ``want`` smallest entries (fewer if the heap runs
+        out), smallest first."""
+        cdef Py_ssize_t m = max(0, min(want, self.n)), i
+        out = np.empty((m, 3), dtype=np.int64)
+        cdef int64_t[:, ::1] o = out
+        cdef int64_t[:, ::1] e = self.entries
+        cdef int64_t* h = &e[0, 0]
+        with nogil:
+            for i in range(m):
+                memcpy(&o[i, 0], h, 3 * sizeof(int64_t))
+                self.n -= 1
+                if self.n > 0:
+                    memcpy(h, h + 3 * self.n, 3 * sizeof(int64_t))
+                    _sift_down(h, self.n, 0)
+        return out[:, 0].copy(), out[:, 1].copy(), out[:, 2].copy()
+
+    def clear(self):
+        self.n = 0

@@ -489,14 +489,21 @@ class TierMoves(ABC):
     # The Store hooks the wrapper calls with arguments it has validated, once the rows the call needs
     # are back in memory (Store declares them abstract; named here, not redeclared, so a mixin order
     # cannot shadow a base class's implementation).
-    STORE_HOOKS = ("_lookup", "_apply", "_evict", "_import_state")
+    STORE_HOOKS = ("_apply", "_apply_result", "_evict", "_import_state")
     device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
+    host_heap: type            # the backend's heap of TIER-5's order (mxrec_ref.tiers.placement.HostOrder), TIER-12
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
     clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
 
     @abstractmethod
-    def _distinct(self, keys: np.ndarray) -> np.ndarray:
-        """The distinct keys of a batch in order of first occurrence (LKP-2), padding included."""
+    def _dedup(self, keys: np.ndarray, counts: np.ndarray | None) -> tuple:
+        """The batch's dedup (LKP-2): a tuple whose first item is the distinct keys in order of
+        first occurrence, padding included; the rest is the backend's own, for _lookup_deduped."""
+
+    @abstractmethod
+    def _lookup_deduped(self, deduped: tuple, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
+                        timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult:
+        """``_lookup`` given the batch's ``_dedup``, so that a tiered lookup dedups once (TIER-12)."""
 
     @abstractmethod
     def _rows_of(self, keys: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:

@@ -63,11 +63,7 @@ def test_tier_9_roundtrip_is_bit_exact(tmp_path):
     np.testing.assert_array_equal(tier.keys(), [-3, 5, 2**40])
     np.testing.assert_array_equal(tier.contains([5, 6, -3]), [True, False, True])
     assert_rows(tier, *pick((keys, values, slots, counts, last_seen), [2, 0, 2, 1]))  # any order, repeats
-    np.testing.assert_array_equal(tier.meta([5, -3])[0], [50, -30])
-    all_keys, all_counts, all_seen = tier.all_meta()
-    np.testing.assert_array_equal(all_keys, [-3, 5, 2**40])
-    np.testing.assert_array_equal(all_counts, counts[[1, 2, 0]])
-    np.testing.assert_array_equal(all_seen, last_seen[[1, 2, 0]])
+    np.testing.assert_array_equal(tier.expired(2**62), [-3, 5, 2**40])
     tier.verify()
     assert ssd_sizes(tmp_path) == {str(tmp_path / "t.000000.ssd"): 3 * RECORD}
 
@@ -116,8 +112,6 @@ def test_tier_9_remove_forgets_keys(tmp_path):
     assert not tier.contains([2])[0]
     with pytest.raises(KeyError, match="'t'.*2"):
         tier.read([2])
-    with pytest.raises(KeyError):
-        tier.meta([1, 2])
     assert_rows(tier, *rows([1, 3]))
 
 
@@ -218,11 +212,29 @@ def test_tier_9_compaction_is_spread_over_calls_with_bounded_work(tmp_path):
     assert tier.read([9])[3].tolist() == [109] and tier.stats["disk_dead_bytes"] == 0
 
 
-def test_tier_9_the_index_costs_40_bytes_a_row(tmp_path):
+def test_tier_9_the_index_costs_16_bytes_a_row(tmp_path):
     tier = tier_in([tmp_path])
     for start in range(0, 20_000, 5_000):   # batches merge into the main level
         tier.write(*rows(range(start, start + 5_000)))
-    assert len(tier) == 20_000 and tier.index_bytes() / len(tier) == 40
+    assert len(tier) == 20_000 and tier.index_bytes() / len(tier) == 16
+    tier.remove(np.arange(0, 20_000, 2))    # tombstones until the next merge, never more than the rows were
+    assert tier.index_bytes() == 16 * 20_000 and len(tier) == 10_000
+
+
+def test_tier_9_eviction_reads_only_files_that_straddle_its_cutoff(tmp_path):
+    """The index keeps no last-seen times: a file all older than the cutoff gives its keys
+    unread, a file all newer is skipped, only a mixed file is read (its live records)."""
+    tier = tier_in([tmp_path], file_bytes=RECORD * 4)
+    keys = np.arange(12, dtype=np.int64)
+    data = rows(keys)
+    seen = np.array([1, 2, 3, 4, 10, 11, 12, 13, 5, 20, 6, 30], dtype=np.int64)   # files of 4 records
+    tier.write(data[0], data[1], data[2], data[3], seen)
+    tier.remove([8])                                   # a dead record of the mixed file is not read
+    before = tier.stats["disk_reads"]
+    np.testing.assert_array_equal(tier.expired(6), [0, 1, 2, 3, 10])
+    assert tier.stats["disk_reads"] - before == 3      # the third file's live records only
+    np.testing.assert_array_equal(tier.expired(0), [])
+    np.testing.assert_array_equal(tier.expired(100), np.delete(keys, 8))
 
 
 def test_tier_9_compact_ratio_sets_the_threshold(tmp_path):
@@ -518,17 +530,30 @@ def test_index_against_a_dict_model(tmp_path):
         np.testing.assert_array_equal(tier.contains(probe), [key in model for key in probe.tolist()])
         if len(want):
             sample = rng.choice(want, size=min(300, len(want)))
-            counts, seen = tier.meta(sample)
-            np.testing.assert_array_equal(counts, [model[k][0] for k in sample.tolist()])
-            np.testing.assert_array_equal(seen, [model[k][1] for k in sample.tolist()])
             got = tier.read(sample)
-            np.testing.assert_array_equal(got[2], counts)
-            np.testing.assert_array_equal(got[3], seen)
+            np.testing.assert_array_equal(got[2], [model[k][0] for k in sample.tolist()])
+            np.testing.assert_array_equal(got[3], [model[k][1] for k in sample.tolist()])
     tier.verify()
     assert tier.stats["compactions"] > 0
     missing = max(model, default=0) + 1
     with pytest.raises(KeyError, match=f"key {missing} is not on disk"):
-        tier.meta([min(model), missing, missing + 1])
+        tier.read([min(model), missing, missing + 1])
     keys = tier.keys()
     keys[:] = 0  # the caller's copy, not the index
     assert len(np.unique(tier.keys())) == len(model)
+
+
+def test_tier_6_take_reads_and_forgets_the_keys_on_disk_in_one_search(tmp_path):
+    tier = tier_in([tmp_path], compact_ratio=1.0)
+    tier.write(*rows([5, 1, 9, 3]))
+    taken, values, slots, counts, last_seen = tier.take(np.array([9, 7, 1, -1]))   # absent keys ignored
+    assert taken.tolist() == [1, 9] and tier.keys().tolist() == [3, 5]
+    _, want_values, want_slots, want_counts, want_seen = rows([1, 9])
+    np.testing.assert_array_equal(values, want_values)
+    np.testing.assert_array_equal(slots, want_slots)
+    assert counts.tolist() == want_counts.tolist() and last_seen.tolist() == want_seen.tolist()
+    assert tier.take(np.array([7]))[0].tolist() == []
+    os.truncate(tmp_path / "t.000000.ssd", RECORD)         # key 3's record is cut off: key 5 stays too
+    with pytest.raises(DiskCorruptionError, match="cut short"):
+        tier.take(np.array([3, 5]))
+    assert tier.keys().tolist() == [3, 5]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fast import FastCore
+from .._fast import FastCore, HostHeap
 from ..config import TableConfig
 from ..contract import InMemoryStore, TierMoves
 from ..optimizers import SparseOptimizer
@@ -36,6 +36,7 @@ from . import admission, checkpoint, eviction, hot, initializers, lookup, optimi
 class FastStore(InMemoryStore, TierMoves):
     backend_name = "fast"
     device_placement = FastDevicePlacement       # CON-10, TIER-4
+    host_heap = HostHeap                         # CON-10, TIER-12
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
                  hot_rows: int | None = None, hot_update_step: int | None = None):
@@ -49,8 +50,14 @@ class FastStore(InMemoryStore, TierMoves):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        return self._lookup_deduped(self._dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+
+    def _dedup(self, keys, counts):
+        return lookup.dedup(self._core, keys, counts)                             # LKP-2
+
+    def _lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         core = self._core
-        unique, inverse, occurrences = lookup.dedup(core, keys, counts)           # LKP-2
+        unique, inverse, occurrences = deduped
         n_unique = len(unique)
         self._check_send_count(n_unique, pad_to)                                  # LKP-4
         total = n_unique if pad_to is None else max(pad_to, n_unique)
@@ -157,10 +164,6 @@ class FastStore(InMemoryStore, TierMoves):
     # ---------------------------------------------------------- tier moves
     def _rows_of(self, keys):
         return tiers.rows_of(self._core, self._slot_index, keys)
-
-    def _distinct(self, keys):
-        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
-        return lookup.dedup(self._core, keys, None)[0]
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._core, keys)

@@ -17,7 +17,7 @@ from ..contract import InMemoryStore, TierMoves
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
-from ..tiers.placement import RefDevicePlacement
+from ..tiers.placement import PyHostHeap, RefDevicePlacement
 from . import admission, checkpoint, eviction, hot, lookup, optimizers, tiers
 from .table import Table
 
@@ -25,6 +25,7 @@ from .table import Table
 class RefStore(InMemoryStore, TierMoves):
     backend_name = "ref"
     device_placement = RefDevicePlacement       # CON-10, TIER-4
+    host_heap = PyHostHeap                      # CON-10, TIER-12
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
                  hot_update_step: int | None = None):
@@ -38,8 +39,14 @@ class RefStore(InMemoryStore, TierMoves):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
+        return self._lookup_deduped(self._dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+
+    def _dedup(self, keys, counts):
+        return lookup.dedup(keys, counts)                                         # LKP-2
+
+    def _lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         table, default_row = self._table, self.config.default_row()
-        unique, inverse, occurrences = lookup.dedup(keys, counts)                 # LKP-2
+        unique, inverse, occurrences = deduped
         self._check_send_count(len(unique), pad_to)                               # LKP-4
         if train:
             self._train_lookup(unique, occurrences, step, timestamp)
@@ -117,10 +124,6 @@ class RefStore(InMemoryStore, TierMoves):
     # ---------------------------------------------------------- tier moves
     def _rows_of(self, keys):
         return tiers.rows_of(self._table, keys)
-
-    def _distinct(self, keys):
-        """The distinct keys of a batch in order of first occurrence (LKP-2)."""
-        return lookup.dedup(keys, None)[0]
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._table, keys)

@@ -1,6 +1,8 @@
 """The reference's tier moves (spec/tiers.md, CON-10): what the storage tiers take out of an
 in-memory table and put back.  The fast twins carry the same names in mxrec_ref/fast/tiers.py
-and cext/_tiers.pxi.
+and cext/_tiers.pxi.  The fast path's placement kernels there (``DeviceLRU``, TIER-4, and
+``HostHeap``, TIER-5, both kept incrementally as TIER-12 says) have their reference twins in
+mxrec_ref/tiers/placement.py (``RefDevicePlacement``, ``PyHostHeap``), which the wrapper shares.
 """
 from __future__ import annotations
 

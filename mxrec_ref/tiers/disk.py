@@ -22,7 +22,7 @@ array of records and an offset is a multiple of the record size)::
     32 + P       4      crc          u32  zlib.crc32 of bytes [0, 32 + P)
 
 A key written again gets a new record and its old one becomes dead; the
-in-memory index (key -> file, offset, count, last seen) always names the
+in-memory index (key -> file, offset; 16 bytes a row) always names the
 live one.  A file whose dead bytes pass ``compact_ratio`` of its size (or
 that has no live record left) is compacted: its live records are copied
 forward and the file deleted.
@@ -54,8 +54,9 @@ FILE_BYTES = 64 << 20  # a file is closed and the next begun at this size
 MAGIC = int.from_bytes(b"MXSD", "little")
 HEADER_BYTES = 32
 # Records of one file closer than this are fetched by one pread, gap and all:
-# fewer system calls for a few wasted bytes.
-SPAN_GAP_BYTES = 64 << 10
+# fewer system calls for a few wasted bytes (a page: a step's cold rows are
+# scattered, and a wider gap read up to 80x the bytes it needed).
+SPAN_GAP_BYTES = 4 << 10
 # Compaction copies at most this many records a call (a write or a removal), so no call pays for a
 # whole file: a file's compaction spreads over calls (TIER-9).
 COMPACT_BUDGET = 1 << 16
@@ -81,8 +82,9 @@ def _crc32s_zlib(records: np.ndarray) -> np.ndarray:
 
 try:
     from .._fast import crc32_records as _crc32_records
-except ImportError:  # the fast path is not built: zlib, one record at a time
-    _crc32_records = None
+    from .._fast import pread_records as _pread_records
+except ImportError:  # the fast path is not built: zlib, one record at a time; one pread call per span from Python
+    _crc32_records = _pread_records = None
 
 
 def _crc32s(records: np.ndarray) -> np.ndarray:
@@ -164,16 +166,39 @@ def _check_no_files(table: str, folders: tuple) -> None:
 _NONE = np.empty(0, dtype=np.int64)
 
 
+OFFSET_BITS = 40     # a record's location word: file id << 40 | byte offset (files stay far below 1 TiB)
+_OFFSET_MASK = (1 << OFFSET_BITS) - 1
+
+
+def _pack_locations(entries: np.ndarray) -> np.ndarray:
+    """[n, 2] (file id, offset) as one int64 word each; -1 where the file id is -1."""
+    words = (entries[:, 0] << OFFSET_BITS) | entries[:, 1]
+    words[entries[:, 0] < 0] = -1
+    return words
+
+
+def _unpack_locations(words: np.ndarray) -> np.ndarray:
+    """Location words as [n, 2] (file id, offset), both -1 for -1."""
+    entries = np.empty((len(words), 2), dtype=np.int64)
+    np.right_shift(words, OFFSET_BITS, out=entries[:, 0])     # -1 stays -1 (arithmetic shift)
+    np.bitwise_and(words, _OFFSET_MASK, out=entries[:, 1])
+    entries[words < 0, 1] = -1
+    return entries
+
+
 class _Index:
-    """key -> (file id, offset, count, last_seen) for every key on disk, as
-    numpy arrays so that batches are looked up and updated with
-    ``np.searchsorted`` instead of one dict operation per key.
+    """key -> (file id, offset) for every key on disk, as two int64 columns
+    (the key and a location word, file id << 40 | offset): 16 bytes a row
+    (TIER-9).  Counts and last-seen times live only in the records; eviction
+    bounds them per file instead (``DiskTier.expired``).  Numpy arrays, so
+    that batches are looked up and updated with ``np.searchsorted`` instead of
+    one dict operation per key.
 
     Two sorted levels, disjoint in keys: ``main`` and a small ``delta`` that
     new keys are merged into (cheap for small batches); the delta is merged
     into main once it passes an eighth of main (or a large batch arrives).
     A key already in a level is updated in place there; a removed key keeps
-    its slot with file id -1 (a tombstone, reusable by a later write) until
+    its slot with location -1 (a tombstone, reusable by a later write) until
     the next merge drops it.  Everything is sorted by key: no hash order."""
 
     DELTA_MIN = 4096
@@ -182,87 +207,96 @@ class _Index:
         self.clear()
 
     def clear(self) -> None:
-        self.main_keys, self.main = _NONE, np.empty((0, 4), dtype=np.int64)
-        self.delta_keys, self.delta = _NONE, np.empty((0, 4), dtype=np.int64)
+        self.main_keys, self.main = _NONE, _NONE
+        self.delta_keys, self.delta = _NONE, _NONE
         self.n = 0  # live keys
 
     def _find(self, keys_sorted: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(position, found) of ``keys`` in one level."""
         if len(keys_sorted) == 0:
             return np.zeros(len(keys), dtype=np.intp), np.zeros(len(keys), dtype=bool)
-        pos = np.searchsorted(keys_sorted, keys)
+        if len(keys) > 64 and not bool(np.all(keys[1:] >= keys[:-1])):
+            # Sorted queries walk the level forward (numpy narrows each search by the last one),
+            # random ones miss the cache on every step once the level outgrows it.
+            order = np.argsort(keys, kind="stable")
+            pos = np.empty(len(keys), dtype=np.intp)
+            pos[order] = np.searchsorted(keys_sorted, keys[order])
+        else:
+            pos = np.searchsorted(keys_sorted, keys)
         np.minimum(pos, len(keys_sorted) - 1, out=pos)
         return pos, keys_sorted[pos] == keys
 
-    def lookup(self, keys: np.ndarray):
-        """(entries [n, 4] with file id -1 where absent, found in delta, its
-        position there, found in main, its position there)."""
+    def _words(self, keys: np.ndarray):
+        """(location words, -1 where absent; found in delta, its position there; found in main,
+        its position there)."""
         dpos, in_delta = self._find(self.delta_keys, keys)
         mpos, in_main = self._find(self.main_keys, keys)
         in_main &= ~in_delta
-        if len(self.main_keys):
-            entries = self.main[mpos]
-            entries[~in_main] = -1
-        else:
-            entries = np.full((len(keys), 4), -1, dtype=np.int64)
+        words = self.main[mpos] if len(self.main_keys) else np.full(len(keys), -1, dtype=np.int64)
+        words[~in_main] = -1
         if len(self.delta_keys):
-            entries[in_delta] = self.delta[dpos[in_delta]]
-        return entries, in_delta, dpos, in_main, mpos
+            words[in_delta] = self.delta[dpos[in_delta]]
+        return words, in_delta, dpos, in_main, mpos
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """Entries [n, 2] (file id, offset) of ``keys``, -1 where absent."""
+        return _unpack_locations(self._words(keys)[0])
 
     def put(self, keys: np.ndarray, entries: np.ndarray) -> np.ndarray:
-        """Set ``keys`` (sorted, unique) to ``entries`` (file id >= 0); returns their
+        """Set ``keys`` (sorted, unique) to ``entries`` [n, 2] (file id >= 0); returns their
         previous entries (file id -1 where absent)."""
-        old, in_delta, dpos, in_main, mpos = self.lookup(keys)
-        self.delta[dpos[in_delta]] = entries[in_delta]
-        self.main[mpos[in_main]] = entries[in_main]
+        words = _pack_locations(entries)
+        old, in_delta, dpos, in_main, mpos = self._words(keys)
+        self.delta[dpos[in_delta]] = words[in_delta]
+        self.main[mpos[in_main]] = words[in_main]
         new = ~(in_delta | in_main)
-        self.n += int(np.count_nonzero(old[:, 0] < 0))
+        self.n += int(np.count_nonzero(old < 0))
         if new.any():
-            new_keys, new_entries = keys[new], entries[new]
+            new_keys, new_words = keys[new], words[new]
             if len(self.delta_keys) + len(new_keys) > max(self.DELTA_MIN, len(self.main_keys) >> 3):
                 self.main_keys, self.main = self._merge(self.main_keys, self.main,
                                                         *self._merge(self.delta_keys, self.delta, new_keys,
-                                                                     new_entries))
-                self.delta_keys, self.delta = _NONE, np.empty((0, 4), dtype=np.int64)
+                                                                     new_words))
+                self.delta_keys, self.delta = _NONE, _NONE
             else:
-                self.delta_keys, self.delta = self._merge(self.delta_keys, self.delta, new_keys, new_entries)
-        return old
+                self.delta_keys, self.delta = self._merge(self.delta_keys, self.delta, new_keys, new_words)
+        return _unpack_locations(old)
 
     def drop(self, keys: np.ndarray) -> np.ndarray:
         """Forget ``keys`` (sorted, unique); returns their previous entries (file id -1 where absent)."""
-        old, in_delta, dpos, in_main, mpos = self.lookup(keys)
-        self.delta[dpos[in_delta], 0] = -1
-        self.main[mpos[in_main], 0] = -1
-        self.n -= int(np.count_nonzero(old[:, 0] >= 0))
-        return old
+        old, in_delta, dpos, in_main, mpos = self._words(keys)
+        self.delta[dpos[in_delta]] = -1
+        self.main[mpos[in_main]] = -1
+        self.n -= int(np.count_nonzero(old >= 0))
+        return _unpack_locations(old)
 
     @staticmethod
-    def _merge(keys_a, entries_a, keys_b, entries_b):
+    def _merge(keys_a, words_a, keys_b, words_b):
         """Two sorted, key-disjoint levels as one, tombstones dropped."""
-        keys_a, entries_a = _Index._live(keys_a, entries_a)
-        keys_b, entries_b = _Index._live(keys_b, entries_b)
+        keys_a, words_a = _Index._live(keys_a, words_a)
+        keys_b, words_b = _Index._live(keys_b, words_b)
         if len(keys_a) == 0:
-            return keys_b, entries_b
+            return keys_b, words_b
         if len(keys_b) == 0:
-            return keys_a, entries_a
+            return keys_a, words_a
         at = np.searchsorted(keys_a, keys_b)
-        return np.insert(keys_a, at, keys_b), np.insert(entries_a, at, entries_b, axis=0)
+        return np.insert(keys_a, at, keys_b), np.insert(words_a, at, words_b)
 
     @staticmethod
-    def _live(keys, entries):
+    def _live(keys, words):
         """A level without its tombstones (itself when it has none; callers
         never modify a level they did not build)."""
-        keep = entries[:, 0] >= 0
-        return (keys, entries) if keep.all() else (keys[keep], entries[keep])
+        keep = words >= 0
+        return (keys, words) if keep.all() else (keys[keep], words[keep])
 
     def nbytes(self) -> int:
         """Bytes of the index's arrays (both levels, tombstones included)."""
         return sum(array.nbytes for array in (self.main_keys, self.main, self.delta_keys, self.delta))
 
     def items(self) -> tuple[np.ndarray, np.ndarray]:
-        """(keys sorted, entries) of every live key."""
-        keys, entries = self._merge(self.main_keys, self.main, self.delta_keys, self.delta)
-        return keys, entries
+        """(keys sorted, entries [n, 2]) of every live key."""
+        keys, words = self._merge(self.main_keys, self.main, self.delta_keys, self.delta)
+        return keys, _unpack_locations(words)
 
 
 @dataclass
@@ -278,6 +312,10 @@ class _File:
     compact_keys: np.ndarray | None = None
     compact_offsets: np.ndarray | None = None
     compact_at: int = 0
+    # Bounds of the last-seen times of every record written into the file (live or dead): eviction
+    # reads only files whose bounds straddle its cutoff (DiskTier.expired).
+    min_seen: int = 2**63 - 1
+    max_seen: int = -2**63
 
 
 class DiskTier:
@@ -321,21 +359,32 @@ class DiskTier:
 
     def contains(self, keys) -> np.ndarray:
         keys = np.asarray(keys, dtype=np.int64)
-        return (self._index.lookup(keys.ravel())[0][:, 0] >= 0).reshape(keys.shape)
+        return (self._index.lookup(keys.ravel())[:, 0] >= 0).reshape(keys.shape)
 
     def index_bytes(self) -> int:
-        """Memory of the in-memory index (TIER-9): 40 bytes per on-disk row once merged."""
+        """Memory of the in-memory index (TIER-9): 16 bytes per on-disk row once merged."""
         return self._index.nbytes()
 
-    def meta(self, keys) -> tuple[np.ndarray, np.ndarray]:
-        """(counts, last_seen) of present keys, from the index: no disk read."""
-        entries = self._locate(np.asarray(keys, dtype=np.int64).ravel())
-        return entries[:, 2].copy(), entries[:, 3].copy()
-
-    def all_meta(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(keys sorted, counts, last_seen) of every key on disk."""
-        keys = self.keys()
-        return (keys, *self.meta(keys))
+    def expired(self, cutoff: int) -> np.ndarray:
+        """The keys (sorted) of disk rows last seen at or before ``cutoff`` (EVI-1).  The index
+        holds no last-seen times (TIER-9); each file bounds those of the records written into
+        it: a file whose bound says all its records are expired gives its live keys unread, one
+        whose records are all later gives none, and only the others are read (their live
+        records, checked as any read: DiskCorruptionError before anything changes)."""
+        if self._index.n == 0:
+            return _NONE
+        keys, entries = self._index.items()
+        found, read = [], {"disk_reads": 0, "disk_bytes_read": 0}
+        for file, rows in self._by_file(entries):
+            if file.min_seen > cutoff:
+                continue
+            if file.max_seen <= cutoff:
+                found.append(keys[rows])
+                continue
+            records = self._read_file(file, entries[rows, 1], keys[rows], read)
+            found.append(keys[rows][records["last_seen"] <= cutoff])
+        self._count_reads(read)
+        return np.sort(np.concatenate(found)) if found else _NONE
 
     @property
     def stats(self) -> dict[str, int]:
@@ -353,15 +402,43 @@ class DiskTier:
         if len(records) == 0:
             return
         fids, offsets = self._append(records)
-        self._point(records["key"], fids, offsets, records["count"], records["last_seen"])
+        self._point(records["key"], fids, offsets)
         self._compact_due()
 
     def read(self, keys) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(values [n, dim], slots [n_slots, n, dim], counts, last_seen) of
         present keys, each record checked (DiskCorruptionError)."""
         unique, inverse = np.unique(np.asarray(keys, dtype=np.int64).ravel(), return_inverse=True)
-        entries = self._locate(unique)
-        # Records as bytes (numpy moves structured arrays field by field, far slower), in read order; ``where``: each unique key's record there.
+        return self._read_entries(unique, self._locate(unique), inverse.ravel())
+
+    def take(self, keys) -> tuple:
+        """Those of ``keys`` (distinct; absent ones allowed) that are on disk leave it, with what
+        they carry: (their keys sorted, values, slots, counts, last_seen), every record checked
+        before any key leaves (DiskCorruptionError).  One search of the index for the whole call,
+        where contains, read and remove would make three."""
+        keys = np.asarray(keys, dtype=np.int64).ravel()
+        index = self._index
+        words, in_delta, dpos, in_main, mpos = index._words(keys)
+        found = np.flatnonzero(words >= 0)
+        found = found[np.argsort(keys[found], kind="stable")]
+        taken = keys[found]
+        if len(taken) == 0:
+            return (taken, np.zeros((0, self.dim), np.float32), np.zeros((self.n_slots, 0, self.dim), np.float32),
+                    taken.copy(), taken.copy())
+        entries = _unpack_locations(words[found])
+        rows = self._read_entries(taken, entries, np.arange(len(taken)))
+        index.delta[dpos[found][in_delta[found]]] = -1
+        index.main[mpos[found][in_main[found]]] = -1
+        index.n -= len(taken)
+        self._count_live(entries[:, 0], -1)
+        self._compact_due()
+        return (taken, *rows)
+
+    def _read_entries(self, unique: np.ndarray, entries: np.ndarray, take: np.ndarray):
+        """(values, slots, counts, last_seen) of records ``take`` of the records of ``unique``
+        at ``entries``, read file by file in offset order and checked; counted once all are."""
+        # Records as bytes (numpy moves structured arrays field by field, far slower), in read order;
+        # ``where``: each unique key's record there.
         parts, where, done = [np.empty((0, self._record_bytes), dtype=np.uint8)], np.empty(len(unique), np.intp), 0
         read = {"disk_reads": 0, "disk_bytes_read": 0}
         for file, rows in self._by_file(entries):
@@ -371,7 +448,7 @@ class DiskTier:
             done += len(rows)
         self._count_reads(read)   # a read that raised counts nothing (STAT-2, CON-4)
         raw = parts[-1] if len(parts) == 2 else np.concatenate(parts)
-        return self._unpack(raw, where[inverse.ravel()])
+        return self._unpack(raw, where[take])
 
     def remove(self, keys) -> None:
         """Forget keys (absent ones are ignored); their records become dead."""
@@ -445,21 +522,21 @@ class DiskTier:
 
     # ------------------------------------------------------------ index
     def _locate(self, keys: np.ndarray) -> np.ndarray:
-        """Index entries [n, 4] (file id, offset, count, last_seen) of present keys."""
-        entries = self._index.lookup(keys)[0]
+        """Index entries [n, 2] (file id, offset) of present keys."""
+        entries = self._index.lookup(keys)
         missing = entries[:, 0] < 0
         if missing.any():
             raise KeyError(f"table {self.table!r}: key {int(keys[np.argmax(missing)])} is not on disk")
         return entries
 
-    def _point(self, keys, fids, offsets, counts, last_seen) -> None:
+    def _point(self, keys, fids, offsets) -> None:
         """Point the index at newly written records; the old ones become dead."""
         keys = np.asarray(keys, dtype=np.int64)
         # A key repeated in the batch: its last record is the live one.
         unique, last = np.unique(keys[::-1], return_index=True)
         last = len(keys) - 1 - last
         entries = np.stack([np.asarray(column, dtype=np.int64)[last]
-                            for column in (fids, offsets, counts, last_seen)], axis=1)
+                            for column in (fids, offsets)], axis=1)
         old = self._index.put(unique, entries)
         self._count_live(old[:, 0], -1)
         self._count_live(entries[:, 0], 1)
@@ -499,6 +576,31 @@ class DiskTier:
         it once the whole call succeeded) or, without it, to the statistics --
         in both cases only once the records checked out (CON-4)."""
         size = self._record_bytes
+        if _pread_records is not None:      # one C loop over the spans, without the GIL
+            raw = np.empty((len(offsets), size), dtype=np.uint8)
+            try:
+                n_bytes, cut = _pread_records(self._fd(file), np.ascontiguousarray(offsets, dtype=np.int64), size,
+                                              SPAN_GAP_BYTES, raw)
+            except OSError as error:
+                raise self._corrupt(file, int(offsets[0]), f"cannot be read ({error})") from error
+            if cut >= 0:
+                raise self._corrupt(file, int(offsets[cut]), "is cut short: the file ends before the record does")
+            records = raw.view(self._dtype).reshape(-1)
+        else:
+            records, n_bytes = self._read_spans(file, offsets)
+        self._check(file, offsets, keys, records)
+        done = {"disk_reads": len(records), "disk_bytes_read": n_bytes}
+        if read is None:
+            self._count_reads(done)
+        else:
+            for name, value in done.items():
+                read[name] += value
+        return records
+
+    def _read_spans(self, file: _File, offsets: np.ndarray) -> tuple[np.ndarray, int]:
+        """The records at ``offsets`` (sorted) by one ``os.pread`` per span of nearby records (the
+        fallback of ``pread_records`` when the fast path is not built); (records, bytes read)."""
+        size = self._record_bytes
         parts, n_bytes = [], 0
         for span in np.split(offsets, np.flatnonzero(np.diff(offsets) - size > SPAN_GAP_BYTES) + 1):
             start, stop = int(span[0]), int(span[-1]) + size
@@ -509,18 +611,10 @@ class DiskTier:
             n_bytes += len(data)
             if len(data) < stop - start:
                 cut = int(span[np.searchsorted(span + size, start + len(data), side="right")])
-                raise self._corrupt(file, cut, f"is cut short: the file ends at byte {start + len(data)}")
+                raise self._corrupt(file, cut, "is cut short: the file ends before the record does")
             rows = np.frombuffer(data, np.uint8).reshape(-1, size)  # as bytes: whole records move at once
             parts.append(rows if len(rows) == len(span) else rows[(span - start) // size])
-        records = (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(self._dtype).reshape(-1)
-        self._check(file, offsets, keys, records)
-        done = {"disk_reads": len(records), "disk_bytes_read": n_bytes}
-        if read is None:
-            self._count_reads(done)
-        else:
-            for name, value in done.items():
-                read[name] += value
-        return records
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(self._dtype).reshape(-1), n_bytes
 
     def _count_reads(self, read: dict) -> None:
         for name, value in read.items():
@@ -559,7 +653,15 @@ class DiskTier:
             raise DiskFullError(errno.ENOSPC, f"table {self.table!r}: disk full: writing {file.path!r} failed "
                                               f"({error}); ssd_data_path {list(self.folders)}, limit "
                                               f"{self._limit_text()}; nothing was written") from error
-        return self._commit(plan)
+        fids, offsets = self._commit(plan)
+        start = 0
+        for file, count in plan:
+            if count:
+                seen = records["last_seen"][start:start + count]
+                file.min_seen = min(file.min_seen, int(seen.min()))
+                file.max_seen = max(file.max_seen, int(seen.max()))
+            start += count
+        return fids, offsets
 
     def _plan(self, n: int, avoid: int | None) -> list[tuple[_File, int]]:
         """(file, records) in write order: folders in order, each folder's
@@ -676,13 +778,13 @@ class DiskTier:
         start = file.compact_at
         stop = len(file.compact_keys) if budget is None else min(len(file.compact_keys), start + budget)
         keys, offsets = file.compact_keys[start:stop], file.compact_offsets[start:stop]
-        entries = self._index.lookup(keys)[0]
+        entries = self._index.lookup(keys)
         still = (entries[:, 0] == file.fid) & (entries[:, 1] == offsets)   # not superseded or removed since
         keys, offsets = keys[still], offsets[still]
         if len(keys):
             records = self._read_file(file, offsets, keys)
             fids, new_offsets = self._append(records, avoid=file.fid)
-            self._point(keys, fids, new_offsets, records["count"], records["last_seen"])
+            self._point(keys, fids, new_offsets)
         file.compact_at = stop
         if stop < len(file.compact_keys):
             return stop - start, False

@@ -30,6 +30,12 @@ from collections import deque
 
 import numpy as np
 
+try:
+    from .._fast import DeviceLRU
+except ImportError:  # the fast path is not built: only the reference's placement exists
+    DeviceLRU = None
+
+
 class RefDevicePlacement:
     """The device tier as a dict key -> tick of its last use, and the tick
     buckets (a deque of [tick, keys sorted, next position]) in tick order."""
@@ -102,150 +108,90 @@ class RefDevicePlacement:
 
 
 class FastDevicePlacement:
-    """The device tier indexed by the in-memory row of each key (a key keeps
-    its row while it is in memory, EXP-4): per row the tick of its last use
-    (-1: not on the device) and its key, so membership is one gather after the
-    store's own hash probe, never a search of the tier; the tick buckets are a
-    deque of [tick, keys sorted, their rows, next position] -- the same order
-    as the reference, vectorised per bucket."""
+    """The device tier as the fast core's ``DeviceLRU`` (cext/_tiers.pxi): an
+    intrusive list over the store's rows (a key keeps its row while it is in
+    memory, EXP-4), least recently used at the head, each lookup's keys one
+    group put in key order when it reaches the head -- the reference's order
+    (TIER-12).  Membership is one gather after the store's own hash probe;
+    a touch is O(keys touched) plus the sort of the groups it sends back."""
 
     def __init__(self, device_rows: int, row_handles=None):
         if row_handles is None:
             raise ValueError("FastDevicePlacement needs the store's row_handles")
+        if DeviceLRU is None:
+            raise ImportError("FastDevicePlacement needs the fast path (mxrec_ref._fast) built")
         self.device_rows = device_rows
         self._row_handles = row_handles
-        self._tick_of_row = np.full(1024, -1, dtype=np.int64)
-        self._key_of_row = np.zeros(1024, dtype=np.int64)
-        self._n = 0
-        self._buckets: deque = deque()
-        self._entries = 0
-        self._tick = 0
+        self._lru = DeviceLRU(device_rows)
 
     def __len__(self) -> int:
-        return self._n
+        return self._lru.n
+
+    @property
+    def _entries(self) -> int:
+        """Queue entries held, stale ones included."""
+        return self._lru.q_tail - self._lru.q_head
+
+    def nbytes(self) -> int:
+        """Bytes of the per-row array (16 per row of the store's row range) and the queue."""
+        return self._lru.node.nbytes + self._lru.queue.nbytes
 
     def keys(self) -> np.ndarray:
-        return np.sort(self._key_of_row[self._tick_of_row >= 0])
+        node = self._lru.node
+        return np.sort(node[node[:, 0] >= 0, 1])
 
     def contains(self, keys: np.ndarray) -> np.ndarray:
-        keys = np.asarray(keys, dtype=np.int64)
-        return self._on_device(self._row_handles(keys), keys)
-
-    def _on_device(self, rows: np.ndarray, keys: np.ndarray) -> np.ndarray:
-        inside = (rows >= 0) & (rows < len(self._tick_of_row))
-        at = np.where(inside, rows, 0)
-        return inside & (self._tick_of_row[at] >= 0) & (self._key_of_row[at] == keys)
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
+        return self._lru.contains(self._row_handles(keys), keys)
 
     def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        self._tick += 1
-        keys = np.asarray(keys, dtype=np.int64)
+        """As the reference's; ``rows``: the keys' rows where the caller knows them (-1 elsewhere:
+        probed here), so a training lookup's own row handles spare a second probe."""
+        keys = np.ascontiguousarray(keys, dtype=np.int64)
         if rows is None:                        # every touched key holds a row
             rows = self._row_handles(keys)
-        else:                                   # probe only the rows the caller did not know
-            rows = np.array(rows, dtype=np.int64)
+        else:
+            rows = np.ascontiguousarray(rows, dtype=np.int64)
             unknown = np.flatnonzero(rows < 0)
             if len(unknown):
+                rows = rows.copy()
                 rows[unknown] = self._row_handles(keys[unknown])
-        if len(rows) and rows.max() >= len(self._tick_of_row):
-            grow = max(int(rows.max()) + 1, 2 * len(self._tick_of_row))
-            self._tick_of_row = np.concatenate([self._tick_of_row, np.full(grow - len(self._tick_of_row), -1)])
-            self._key_of_row = np.concatenate([self._key_of_row, np.zeros(grow - len(self._key_of_row), np.int64)])
-        was_on_device = self._on_device(rows, keys)
-        self._tick_of_row[rows] = self._tick
-        self._key_of_row[rows] = keys
-        self._n += len(keys) - int(np.count_nonzero(was_on_device))
-        # Unsorted for now: the bucket is sorted by key when it first reaches the old end of the
-        # queue, after its stale entries are dropped (they never become live again: ticks only grow).
-        self._buckets.append([self._tick, keys, rows, -1])
-        self._entries += len(keys)
-        victims = self._oldest(self._n - self.device_rows)
-        self._compact()
-        return victims, was_on_device
-
-    def _oldest(self, excess: int) -> np.ndarray:
-        """Take the ``excess`` live entries at the old end of the bucket queue, in order, off the device."""
-        chosen = []
-        while excess > 0:                  # oldest tick first, by key within a tick
-            tick, bucket, rows, start = entry = self._buckets[0]
-            if start < 0:                  # first visit: keep the live entries, sorted by key
-                live = (self._tick_of_row[rows] == tick) & (self._key_of_row[rows] == bucket)
-                bucket, rows = bucket[live], rows[live]
-                order = np.argsort(bucket, kind="stable")
-                self._entries -= len(entry[1]) - len(bucket)
-                bucket, rows = bucket[order], rows[order]
-                entry[1], entry[2], entry[3] = bucket, rows, 0
-                start = 0
-            if start == len(bucket):
-                self._buckets.popleft()
-                self._entries -= len(bucket)
-                continue
-            rest, rest_rows = bucket[start:], rows[start:]
-            live = (self._tick_of_row[rest_rows] == tick) & (self._key_of_row[rest_rows] == rest)
-            live_at = np.flatnonzero(live)
-            if len(live_at) > excess:      # the bucket is only partly consumed
-                live_at = live_at[:excess]
-                entry[3] = start + int(live_at[-1]) + 1
-            else:
-                entry[3] = len(bucket)
-            self._tick_of_row[rest_rows[live_at]] = -1
-            chosen.append(rest[live_at])
-            excess -= len(live_at)
-        victims = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
-        self._n -= len(victims)
-        return victims
+        return self._lru.touch(keys, rows)
 
     def forget(self, keys: np.ndarray) -> None:
         """Rows that left memory: their rows may be free already, so they are found by key
-        among the device rows (a pass over the device budget, only on eviction)."""
+        among the device rows (a pass over the row range, only on eviction)."""
         keys = np.asarray(keys, dtype=np.int64)
-        if len(keys) == 0 or self._n == 0:
+        lru = self._lru
+        if len(keys) == 0 or lru.n == 0:
             return
-        live = np.flatnonzero(self._tick_of_row >= 0)
-        gone = live[np.isin(self._key_of_row[live], keys)]
-        self._tick_of_row[gone] = -1
-        self._n -= len(gone)
-        self._compact()
+        live = np.flatnonzero(lru.node[:, 0] >= 0)
+        lru.remove_rows(live[np.isin(lru.node[live, 1], keys)])
 
     def clear(self) -> None:
-        self._tick_of_row[:] = -1
-        self._n = 0
-        self._buckets.clear()
-        self._entries = 0
-
-    def _compact(self) -> None:
-        if self._entries <= 2 * self._n + 1024:
-            return
-        live = np.flatnonzero(self._tick_of_row >= 0)
-        ticks, keys = self._tick_of_row[live], self._key_of_row[live]
-        order = np.lexsort((keys, ticks))
-        ticks, keys, rows = ticks[order], keys[order], live[order]
-        cuts = np.flatnonzero(np.diff(ticks)) + 1
-        self._buckets = deque([int(t[0]), k, r, 0] for t, k, r in
-                              zip(np.split(ticks, cuts), np.split(keys, cuts), np.split(rows, cuts)) if len(k))
-        self._entries = self._n
+        self._lru.clear()
 
 
 class HostOrder:
     """TIER-5's order over the host rows of an SSD table (in memory, off the
     device): least count first, then older last-seen, then smaller key, kept
-    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).  An
-    entry is one Python int, the three int64 fields as order-preserving
-    unsigned 64-bit words (sign bit flipped), count highest: ints compare
-    as the tuples would, in ~60 bytes instead of a tuple's ~160.
+    as a heap of (count, last_seen, key) with lazy deletion (TIER-12).  The
+    heap is the backend's (``TierMoves.host_heap``): the reference's
+    ``PyHostHeap`` (``heapq``) or the fast path's ``HostHeap`` (C, 24 bytes an
+    entry); both order the same triples as tuples, so both pop the same.
 
     Every host row has an entry with its current (count, last_seen) by the
     time the heap is popped: the wrapper notes a row when it arrives on the
     host (sent back from the device, brought back from disk) and after every
     call that touched it, and pushes the noted host rows' entries before it
     pops (a load rebuilds the heap).  An entry is stale when its key has left the host or its
-    count or last-seen time changed since; ``candidates`` pops entries in
-    heap order and the caller checks them against the store.  One class for
-    both backends: the order is the same by construction, and the heap
+    count or last-seen time changed since; ``pop`` returns entries in
+    heap order and the caller checks them against the store.  The heap
     costs O(log n) per row a call touches, never a pass over the host rows.
     The heap is rebuilt from the store once stale entries outnumber live ones."""
 
-    def __init__(self):
-        self._heap: list[int] = []
+    def __init__(self, heap=None):
+        self._heap = PyHostHeap() if heap is None else heap
         self._noted: list[np.ndarray] = []   # keys to give a fresh entry before the next pop
         self.noted = 0
 
@@ -257,10 +203,39 @@ class HostOrder:
         self.noted += len(keys)
 
     def take_noted(self) -> np.ndarray:
-        """The noted keys, distinct and sorted; the note list is emptied."""
+        """The noted keys, distinct; the note list is emptied."""
         keys = np.unique(np.concatenate(self._noted)) if self._noted else np.zeros(0, dtype=np.int64)
         self._noted, self.noted = [], 0
         return keys
+
+    def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
+        self._heap.push(keys, counts, last_seen)
+
+    def pop(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(counts, last_seen, keys) of the ``n`` smallest entries (fewer if the heap runs out),
+        smallest first."""
+        return self._heap.pop(n)
+
+    def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
+        self.clear()
+        self.push(keys, counts, last_seen)
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._noted, self.noted = [], 0
+
+
+class PyHostHeap:
+    """The reference's heap of (count, last_seen, key): ``heapq`` over Python
+    ints, the three int64 fields as order-preserving unsigned 64-bit words
+    (sign bit flipped), count highest -- ints compare as the tuples would, in
+    ~60 bytes instead of a tuple's ~160."""
+
+    def __init__(self):
+        self._heap: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._heap)
 
     def push(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
         words = [_ordered_words(column).tolist() for column in (counts, last_seen, keys)]
@@ -273,20 +248,14 @@ class HostOrder:
             heapq.heappush(self._heap, entry)
 
     def pop(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(counts, last_seen, keys) of the ``n`` smallest entries (fewer if the heap runs out),
-        smallest first."""
         heap = self._heap
         popped = [heapq.heappop(heap) for _ in range(min(n, len(heap)))]
         mask = (1 << 64) - 1
         return tuple(_from_ordered_words(np.array(column, dtype=np.uint64)) for column in
                      ([e >> 128 for e in popped], [(e >> 64) & mask for e in popped], [e & mask for e in popped]))
 
-    def reset(self, keys: np.ndarray, counts: np.ndarray, last_seen: np.ndarray) -> None:
-        self._heap, self._noted, self.noted = [], [], 0
-        self.push(keys, counts, last_seen)
-
     def clear(self) -> None:
-        self._heap, self._noted, self.noted = [], [], 0
+        self._heap = []
 
 
 _SIGN = np.uint64(1 << 63)

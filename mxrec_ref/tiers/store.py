@@ -65,7 +65,7 @@ class TieredStore(Store):
         self._disk = None
         self._host_order = None
         if config.ssd_vocabulary_size > 0:
-            self._host_order = HostOrder()   # TIER-5's order, kept incrementally (TIER-12)
+            self._host_order = HostOrder(inner.host_heap())   # TIER-5's order, kept incrementally (TIER-12)
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
                                   folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
             # The disk tier is working storage, not a checkpoint: its files go with the store.
@@ -76,7 +76,9 @@ class TieredStore(Store):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
-        distinct = self._inner._distinct(keys)       # first-occurrence order, as the lookup's unique keys
+        # The batch's one dedup: its distinct keys serve the checks below and the lookup itself (TIER-12).
+        deduped = self._inner._dedup(keys, counts)
+        distinct = deduped[0]
         n_keys = len(distinct) - int(np.count_nonzero(distinct == PADDING_KEY))
         if train and n_keys > self.config.device_vocabulary_size:
             raise CapacityError(
@@ -88,50 +90,59 @@ class TieredStore(Store):
         if train:
             self._check_clock_source(self._inner.clock_source, timestamp)
         self._make_room_on_host()
-        # One probe of the batch's keys before the lookup: which rows are in memory (a row keeps its
-        # handle through the lookup, EXP-4), which keys to look for on disk.
-        handles = self._inner.row_handles(distinct)
-        came_back = self._bring_back(distinct, handles)
-        result = self._inner._lookup(keys, shape, train, step, timestamp, pad_to, counts)
+        self._bring_back(distinct)     # SSD: one probe of the batch's keys finds the ones to read
+        rows_before = self._inner.size()
+        result = self._inner._lookup_deduped(deduped, keys, shape, train, step, timestamp, pad_to, counts)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
-            in_memory_before = handles >= 0 if came_back is None else (handles >= 0) | came_back
-            self._put_on_device(result, in_memory_before, handles)
-        if self._host_order is not None:
-            self._note_host(distinct[distinct != PADDING_KEY])
+            self._put_on_device(result, self._inner.size() - rows_before)
         self._spill_to_disk()
         return dataclasses.replace(result, store_id=id(self))
 
-    def _put_on_device(self, result, in_memory_before: np.ndarray, handles: np.ndarray) -> None:
+    def _put_on_device(self, result, created: int) -> None:
         """TIER-4 after a training lookup: its rows are on the device, used
         now; rows that were in memory before it and off the device moved up.
-        ``handles``: the rows probed before the lookup (-1: none then), so that
-        the placement probes only the rows the lookup created or brought back."""
+        ``created``: the rows the lookup created (on the device, not moved up).
+        The lookup's own row handles locate the rows: no second probe."""
         held = result.admitted[:result.n_unique]
         unique = result.unique_keys[:result.n_unique]
-        sent_back, was_on_device = self._device.touch(unique[held], handles[:result.n_unique][held])
-        moved_up = in_memory_before[:result.n_unique][held] & ~was_on_device
-        self._tier_counters["host_to_device_rows"] += int(np.count_nonzero(moved_up))
+        handles = result.row_handles
+        rows = None if handles is None else handles[:result.n_unique][held]
+        sent_back, was_on_device = self._device.touch(unique[held], rows)
+        moved_up = len(was_on_device) - int(np.count_nonzero(was_on_device)) - created
+        self._tier_counters["host_to_device_rows"] += moved_up
         self._tier_counters["device_to_host_rows"] += len(sent_back)
         self._note_host(sent_back)
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
+        return self._apply_tiered(keys, mask, lambda: self._inner._apply(keys, grads, mask, step))
+
+    def _apply_result(self, keys, grads, mask, step, handles) -> int:
+        """``handles``: the rows of a LookupResult of this store, passed on to the store behind,
+        which checks they still hold their keys (OPT-9): a row that went to disk and came back
+        since is found again by key."""
+        return self._apply_tiered(keys, mask,
+                                  lambda: self._inner._apply_result(keys, grads, mask, step, handles))
+
+    def _apply_tiered(self, keys, mask, apply) -> int:
+        """An apply between the tier moves: rows on disk come back first, the host order notes
+        the rows it touched, host memory spills after."""
         self._make_room_on_host()
         self._bring_back(keys[mask])
-        applied = self._inner._apply(keys, grads, mask, step)
-        self._note_host(keys[mask])
+        applied = apply()
         self._spill_to_disk()
         return applied
 
     # ------------------------------------------------------------ eviction
     def _evict(self, now):
         cutoff = self._eviction_cutoff(now, self._inner.clock)     # the inner store's clock, before it evicts
+        expired = None
+        if self._disk is not None and cutoff is not None and len(self._disk):
+            expired = self._disk.expired(cutoff)          # EVI-1, as in memory; may read (and raise) first
         evicted = self._inner._evict(now)
         self._device.forget(evicted)
-        if self._disk is None or cutoff is None or len(self._disk) == 0:
+        if expired is None:
             return evicted
-        disk_keys, _, disk_seen = self._disk.all_meta()
-        expired = disk_keys[disk_seen <= cutoff]                    # EVI-1, as in memory
         self._disk.remove(expired)
         self._disk_evicted += len(expired)
         return np.sort(np.concatenate([evicted, expired]))
@@ -141,28 +152,22 @@ class TieredStore(Store):
         self._inner.set_threshold(threshold)
 
     # ------------------------------------------------------- tier moves
-    def _bring_back(self, keys: np.ndarray, handles: np.ndarray | None = None) -> np.ndarray | None:
-        """Rows of ``keys`` (repeats and padding allowed) that are on disk come back to host memory
-        (TIER-6); a corrupt record raises before anything changed.  ``handles``: the keys' rows
-        in memory if the caller probed them.  Returns which of ``keys`` came back (None: none)."""
+    def _bring_back(self, keys: np.ndarray) -> None:
+        """Rows of ``keys`` (distinct; padding allowed) that are on disk come back to host memory,
+        in key order (TIER-6); a corrupt record raises before anything changed.  One probe of
+        the key map and one search of the disk index."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
-            return None
-        if handles is None:
-            handles = self._inner.row_handles(keys)
-        absent = np.flatnonzero(handles < 0)        # a key in memory is not on disk
+            return
+        absent = keys[self._inner.row_handles(keys) < 0]        # a key in memory is not on disk
         if len(absent) == 0:
-            return None
-        came_back = np.zeros(len(keys), dtype=bool)
-        came_back[absent] = self._disk.contains(keys[absent])
-        on_disk = np.unique(keys[came_back])
+            return
+        on_disk, values, slots, counts, last_seen = self._disk.take(absent)
         if len(on_disk) == 0:
-            return None
-        values, slots, counts, last_seen = self._disk.read(on_disk)
+            return
         slot_map = dict(zip(self.optimizer.slot_names, slots))
         self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
-        self._disk.remove(on_disk)
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
-        return came_back
+        self._note_host(on_disk)
 
     def _host_keys(self):
         """(keys, counts, last_seen) of the rows in host memory and not on the device:
@@ -172,9 +177,10 @@ class TieredStore(Store):
         return keys[host], counts[host], last_seen[host]
 
     def _note_host(self, keys: np.ndarray) -> None:
-        """SSD mode: ``keys`` (repeats and keys without a row allowed) may have reached host
-        memory or changed their count or last-seen time: note them for the host order
-        (TIER-12).  Only noted here (an array append); ``_update_host_order`` gives them
+        """SSD mode: ``keys`` (repeats and keys without a row allowed) reached host memory: note
+        them for the host order (TIER-12).  Only a training lookup changes a row's count or
+        last-seen time, and it puts the row on the device, so a row needs a fresh entry only
+        when it reaches host memory.  Only noted here (an array append); ``_update_host_order`` gives them
         their entries when a spill needs the order, so a step that spills nothing pays
         nothing for it."""
         if self._host_order is not None and len(keys):
@@ -198,22 +204,35 @@ class TieredStore(Store):
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
         entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
-        stale entries) -- never a pass over the host rows."""
-        chosen_keys, chosen = [], []
-        taken: set[int] = set()
-        while len(taken) < excess:
-            counts, last_seen, keys = self._host_order.pop(excess - len(taken))
+        stale entries) -- never a pass over the host rows.  Pops twice what is still needed
+        (stale entries are common) and pushes back the current entries it did not take."""
+        chosen_keys, chosen, taken, last_key = [], [], 0, None
+        while taken < excess:
+            need = excess - taken
+            counts, last_seen, keys = self._host_order.pop(2 * need + 64)
             if len(keys) == 0:
                 raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
-            fresh = np.array([key not in taken for key in keys.tolist()], dtype=bool)
-            fresh &= (self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)
-            if not fresh.any():
-                continue
+            # Two current entries of one key are equal, so they pop one after the other: keep the first.
+            fresh = np.ones(len(keys), dtype=bool)
+            fresh[1:] = keys[1:] != keys[:-1]
+            fresh[0] = keys[0] != last_key
+            fresh &= self._inner.row_handles(keys) >= 0
+            fresh[fresh] = ~self._device.contains(keys[fresh])
             at = np.flatnonzero(fresh)
+            if len(at) == 0:
+                last_key = keys[-1]
+                continue
             values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
             current = (now_counts == counts[at]) & (now_seen == last_seen[at])
-            at, keep = at[current], np.flatnonzero(current)
-            taken.update(keys[at].tolist())
+            keep = np.flatnonzero(current)[:need]
+            if len(keep) == need and keep[-1] + 1 < len(at):       # current entries past the last one taken
+                rest = at[keep[-1] + 1:][current[keep[-1] + 1:]]
+                self._host_order.push(keys[rest], counts[rest], last_seen[rest])
+                last_key = keys[at[keep[-1]]]
+            else:
+                last_key = keys[-1]
+            at = at[keep]
+            taken += len(at)
             chosen_keys.append(keys[at])
             chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
                            now_counts[keep], now_seen[keep]))
