@@ -49,4 +49,5 @@ def step(iterator):
 
 result = criteo26.time_steps(lambda: step(iterator).numpy())
 keys = sum(int(table.params.size()) for table in tables)
-print(json.dumps({"system": "tfra", "tf": tf.__version__, "keys": keys, **result}))
+print(json.dumps({"system": "tfra", "tf": tf.__version__, "keys": keys, "traces": step.experimental_get_tracing_count(),
+                  **result}))
