@@ -50,6 +50,7 @@ def store_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
 
 def criteo26_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
     runs = {"tfra": [], "mxrec-ref": [], "static": []}
+    traces = []                  # TFRA: times its step function was traced (1 = no retracing)
     commands = {"tfra": (peer_python, "worker_criteo26_tfra.py"), "mxrec-ref": (mxrec_python, "worker_criteo26_tf1.py"),
                 "static": (mxrec_python, "worker_criteo26_tf1.py")}
     with tempfile.TemporaryDirectory(prefix="mxrec-peers-") as scratch:
@@ -66,6 +67,7 @@ def criteo26_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
                     raise RuntimeError(f"bench-peers: {system} holds {result['keys']} keys, the stream has "
                                        f"{int(stream['sizes'].sum())}")
                 runs[system].append(result["examples_per_s"])
+                traces.extend([result["traces"]] if "traces" in result else [])
                 print(f"round {k + 1}: {system} {result['examples_per_s']:,.0f} examples/s", file=sys.stderr)
 
     def ratio(a: str, b: str) -> dict:
@@ -75,7 +77,7 @@ def criteo26_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
     return {"examples_per_s_median": {s: statistics.median(v) for s, v in runs.items()},
             "examples_per_s": runs, "mxrec_over_tfra": ratio("mxrec-ref", "tfra"),
             "mxrec_over_static": ratio("mxrec-ref", "static"), "tfra_over_static": ratio("tfra", "static"),
-            "keys": int(stream["sizes"].sum()), "batch": criteo26.BATCH, "timed_steps": criteo26.TIMED_STEPS,
+            "tfra_traces": traces, "keys": int(stream["sizes"].sum()), "batch": criteo26.BATCH, "timed_steps": criteo26.TIMED_STEPS,
             "rounds": rounds}
 
 

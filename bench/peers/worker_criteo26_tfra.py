@@ -1,6 +1,6 @@
 """The 26-table model (bench/criteo26.py) on TFRA 0.8.1's TF2 path: one
 ``dynamic_embedding.keras.layers.Embedding`` per field, tf_keras Dense layers, a ``tf.function``
-step with GradientTape, Adagrad (wrapped in ``DynamicEmbeddingOptimizer`` for the tables) and
+step with GradientTape, Keras 2's legacy Adagrad (wrapped in ``DynamicEmbeddingOptimizer`` for the tables) and
 the same tf.data feed, its iterator read inside the function as the TF1 graphs read theirs.
 
 Usage: python worker_criteo26_tfra.py BENCH_DIR STREAM_NPZ; prints one JSON line."""
@@ -24,9 +24,12 @@ tables = [de.keras.layers.Embedding(criteo26.DIM, key_dtype=tf.int64, name=f"emb
 mlp = [keras.layers.Dense(units, activation="relu" if units != 1 else None,
                           kernel_initializer=keras.initializers.GlorotUniform(seed=i))
        for i, units in enumerate((*criteo26.HIDDEN, 1))]
+# Keras 2's legacy optimizers: with tf_keras' current Adagrad (keras.optimizers.Adagrad) TFRA's step took 3-4x
+# longer (0.36-1.29 s against 0.10-0.24 s, 12 steps each, same loaded machine; bench/README.md)
 sparse_optimizer = de.DynamicEmbeddingOptimizer(
-    keras.optimizers.Adagrad(criteo26.SPARSE_LR, initial_accumulator_value=criteo26.INITIAL_ACCUMULATOR))
-dense_optimizer = keras.optimizers.Adagrad(criteo26.DENSE_LR, initial_accumulator_value=criteo26.INITIAL_ACCUMULATOR)
+    keras.optimizers.legacy.Adagrad(criteo26.SPARSE_LR, initial_accumulator_value=criteo26.INITIAL_ACCUMULATOR))
+dense_optimizer = keras.optimizers.legacy.Adagrad(criteo26.DENSE_LR,
+                                                  initial_accumulator_value=criteo26.INITIAL_ACCUMULATOR)
 iterator = iter(criteo26.dataset(tf, stream, "keys", tf.int64).prefetch(2))
 
 
