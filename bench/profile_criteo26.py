@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import threading
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -44,7 +46,49 @@ def step_profile(run_metadata) -> dict:
     return {"wall_ms": (end - start) / 1e3, "lookup_phase_ms": (first_matmul - start) / 1e3, "by_type": by_type}
 
 
-def profile(variant: str, stream: dict, warm: int, traced: int) -> list[dict]:
+class Timers:
+    """Inclusive wall time of some of mxrec-ref's functions, summed over all threads: wrappers
+    installed for a profile only (the callbacks run on TF's threads, which cProfile does not see)."""
+
+    def __init__(self):
+        self.seconds = Counter()
+        self.lock = threading.Lock()
+
+    def wrap(self, owner, name: str, label: str) -> None:
+        inner = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.seconds[label] += time.perf_counter() - start
+        setattr(owner, name, timed)
+
+    def install(self) -> None:
+        # local: the dynamic variant's modules, imported only when it is profiled
+        from mxrec_ref import contract
+        from mxrec_ref.fast import initializers, store
+        from mxrec_ref.tf import table
+
+        for owner, name, label in (
+                (table.SparseTable, "lookup_batch", "lookup callback (SparseTable.lookup_batch)"),
+                (contract.Store, "lookup", "  Store.lookup"),
+                (contract.Store, "_check_keys", "    argument checks: keys"),
+                (contract, "_read_only", "    read-only result views"),
+                (store.FastStore, "_lookup", "    FastStore._lookup"),
+                (initializers, "initial_rows", "      initial rows (truncated normal)"),
+                (contract.Store, "apply_gradients", "apply callback (Store.apply_gradients)"),
+                (contract.Store, "_check_grads", "    argument checks: gradients"),
+                (contract.Store, "_check_finite", "    argument checks: finite"),
+                (contract, "_sum_duplicates", "    np.unique of the keys (_sum_duplicates)"),
+                (store.FastStore, "_apply", "    FastStore._apply")):
+            self.wrap(owner, name, label)
+            self.seconds[label] = 0.0
+
+
+def profile(variant: str, stream: dict, warm: int, traced: int, plain: int = 0, timers: Timers | None = None):
     import tensorflow as tf
 
     with tf.Graph().as_default():
@@ -59,6 +103,12 @@ def profile(variant: str, stream: dict, warm: int, traced: int) -> list[dict]:
             session.run(tf.compat.v1.global_variables_initializer())
             for _ in range(warm):
                 session.run(train_op)
+            if timers is not None:
+                timers.seconds.update({label: -seconds for label, seconds in timers.seconds.items()})
+            start = time.perf_counter()
+            for _ in range(plain):
+                session.run(train_op)
+            plain_seconds = time.perf_counter() - start
             options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
             steps = []
             for _ in range(traced):
@@ -67,6 +117,11 @@ def profile(variant: str, stream: dict, warm: int, traced: int) -> list[dict]:
                 steps.append(step_profile(metadata))
         if variant == "dynamic":
             mx.terminate_config_initializer()
+    if timers is not None and plain:
+        print(f"\n{variant}: {plain} untraced steps, {1e3 * plain_seconds / plain:.1f} ms a step; "
+              f"inclusive time in mxrec-ref's callbacks, ms per step (all tables, all threads):")
+        for label, seconds in timers.seconds.items():
+            print(f"  {label:55s} {1e3 * seconds / plain:8.2f}")
     return steps
 
 
@@ -109,7 +164,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--traced", type=int, default=6, help="steps run with FULL_TRACE")
     parser.add_argument("--only", choices=["dynamic", "static"])
     parser.add_argument("--plain", type=int, default=0, metavar="N",
-                        help="with --only: N more steps without tracing (for py-spy)")
+                        help="N more steps without tracing after the warm-up ones (for --timers or py-spy)")
+    parser.add_argument("--timers", action="store_true",
+                        help="time mxrec-ref's callbacks over the --plain steps (dynamic variant)")
     parser.add_argument("--fold", type=Path, metavar="RAW", help="summarise a py-spy raw file; runs nothing")
     args = parser.parse_args(argv)
     if args.fold:
@@ -117,7 +174,10 @@ def main(argv: list[str]) -> int:
         return 0
     stream = criteo26.make_stream(args.warm + args.traced + args.plain + 1)
     for variant in [args.only] if args.only else ["dynamic", "static"]:
-        report(variant, profile(variant, stream, args.warm + args.plain, args.traced))
+        timers = Timers() if args.timers and variant == "dynamic" else None
+        if timers:
+            timers.install()
+        report(variant, profile(variant, stream, args.warm, args.traced, args.plain, timers))
     return 0
 
 
