@@ -41,13 +41,16 @@ $(STAMP): setup.py pyproject.toml
 clean:
 	rm -rf build mxrec_ref/*.so cext/*.c .pytest_cache .hypothesis .benchmarks
 
-# TFRA's CPU build works only with TF 2.16.2 + numpy 1.26: it gets its own environment.
+# TFRA's CPU build works only with TF 2.16.2 + numpy 1.26: it gets its own environment
+# (bench/peers/requirements.txt). bench-peers compares the store workload and the 26-table model
+# (bench/criteo26.py) in interleaved processes, PEERS_ROUNDS rounds each (bench/README.md, "Peers").
 PEERS_VENV := .venv-peers
-$(PEERS_VENV)/.installed-stamp:
-	$(PYTHON) -m venv $(PEERS_VENV)
-	$(PEERS_VENV)/bin/pip install -q "tensorflow==2.16.2" "tensorflow-recommenders-addons==0.8.1" "numpy==1.26.*"
+PEERS_ROUNDS ?= 3
+$(PEERS_VENV)/.installed-stamp: bench/peers/requirements.txt
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q -r bench/peers/requirements.txt
 	touch $@
 
 .PHONY: bench-peers
 bench-peers: ext $(PEERS_VENV)/.installed-stamp
-	$(PY) bench/peers/run.py $(PEERS_VENV)/bin/python $(PY) 3
+	$(PY) bench/peers/run.py $(PEERS_VENV)/bin/python $(PY) $(PEERS_ROUNDS)

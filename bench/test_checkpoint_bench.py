@@ -1,9 +1,10 @@
 """Checkpoint save and load of a table with Adagrad slots (values + accumulator) vs copying
 the same bytes: with ``shutil.copytree`` (the page-cache floor, no fsync) and with
 ``shutil.copytree`` then an fsync of every file (the floor of a durable copy, which is what
-a crash-safe save has to be: CKPT-4, CKPT-8).  1M keys and 100k keys (the quick profile
-shrinks both 10x).  Ratios are the copy's time over the save's or the load's: above 0.5 means
-the save takes less than twice the copy (issue 16's target)."""
+a crash-safe save has to be: CKPT-4, CKPT-8).  1M keys and 100k keys in both profiles: issue
+16's target is stated at 1M keys, and the committed baseline (quick profile) must watch that size,
+not a tenth of it (~25 s for the whole file).  Ratios are the copy's time over the save's or the
+load's: above 0.5 means the save takes less than twice the copy (issue 16's target)."""
 from __future__ import annotations
 
 import os
@@ -14,9 +15,9 @@ import pytest
 
 from mxrec_ref import Adagrad, TableConfig, open_store
 
-from workloads import BATCH, DIM, all_keys, size_scaled
+from workloads import BATCH, DIM, all_keys
 
-SIZES = {"": size_scaled(1_000_000), " 100k": size_scaled(100_000)}   # group suffix -> keys
+SIZES = {"": 1_000_000, " 100k": 100_000}   # group suffix -> keys, the same in both profiles
 
 
 @pytest.fixture(scope="module", params=list(SIZES), ids=lambda s: s.strip() or "1M")
