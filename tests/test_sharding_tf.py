@@ -59,10 +59,29 @@ def test_shard_12_every_collective_op_waits_for_the_one_built_before_it_in_its_c
     ops = collective_ops(graph)
     train_chain = [op for op in ops if "ea/" not in op.name]
     eval_ops = [op for op in ops if "ea/" in op.name]
-    assert len(train_chain) == 5 and len(eval_ops) == 1    # 2 lookups, the dense reduction, 2 applies
+    assert len(train_chain) == 4 and len(eval_ops) == 1    # 2 lookups, the dense reduction, 1 apply (TF-19)
     for previous, op in zip(train_chain, train_chain[1:]):
         assert previous in op.control_inputs, (previous.name, op.name)
     assert not set(eval_ops[0].control_inputs) & set(train_chain)    # evaluation never runs training
+
+
+def test_tf_19_one_apply_op_for_every_table_in_table_name_order(two_ranks):
+    """TF-19: the tables of one apply_gradients call share one store op, which applies them in
+    table-name order whatever the order of the pairs (the same on every rank: SHARD-12)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        init = tf.compat.v1.zeros_initializer()
+        tables = [mx.create_table(tf.int64, 2, name, init, device_vocabulary_size=10) for name in ("zeta", "alpha")]
+        optimizer = adagrad.create_hash_optimizer(learning_rate=0.1)
+        ids = tf.constant([[1, 2]], tf.int64)
+        loss = sum(tf.reduce_sum(mx.sparse_lookup(t, ids, modify_graph=True)) for t in tables)
+        sparse = [t.variable for t in tables]
+        optimizer.apply_gradients(zip(tf.gradients(loss, sparse), sparse))
+    applies = [op for op in collective_ops(graph) if "sparse_apply" in op.name]
+    assert len(applies) == 1
+    keys = [applies[0].inputs[i] for i in (0, 4)]        # keys, rows, step, result token per table
+    assert [k.op.name.split("/")[0] for k in keys] == ["alpha", "zeta"]
 
 
 def test_shard_12_one_rank_adds_no_dependency():

@@ -351,3 +351,57 @@ def test_tf_14_the_apply_takes_the_step_of_the_lookup_that_fed_its_gradient(back
     alone = _rows_after_one_step(backend, with_later_lookup=False)
     assert alone[1] != [1.0, 1.0]
     assert _rows_after_one_step(backend, with_later_lookup=True) == alone
+
+
+def _two_lookups_one_apply(backend, monkeypatch, reuse: bool):
+    """Table t (access threshold 2, Adagrad): lookup A of keys [4, 5, 5] (4 pending, 5 admitted), then
+    lookup B of [4, 6] (its ids wait for A), which admits 4, before the one apply of both gradients
+    (the local-embedding recipe: each gradient pairs with its lookup's unique keys).  ``reuse=False``:
+    no result is kept, so every apply sends keys (the path before TF-18).  Returns the table's
+    state, its statistics and the types of what the store's apply received."""
+    from mxrec_ref.contract import Store
+    from mxrec_ref.tf.optimizers import adagrad
+    from mxrec_ref.tf.table import SparseTable
+
+    received, apply_gradients = [], Store.apply_gradients
+
+    def spy(store, result, grad_rows, *, step):
+        received.append(type(result).__name__)
+        return apply_gradients(store, result, grad_rows, step=step)
+
+    with monkeypatch.context() as patch, tf.Graph().as_default():
+        patch.setattr(Store, "apply_gradients", spy)
+        if not reuse:
+            patch.setattr(SparseTable, "keep_result", lambda table, result: mx.table.NO_RESULT)
+        tf_model.fresh_graph()
+        mx.init(backend=backend, use_dynamic_expansion=True)
+        table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=2),
+                                device_vocabulary_size=4)
+        optimizer = adagrad.create_hash_optimizer(learning_rate=0.5)
+        config = {"access_threshold": 2, "eviction_threshold": 100}
+        first = mx.sparse_lookup(table, tf.constant([4, 5, 5], tf.int64), modify_graph=True,
+                                 access_and_evict_config=config)
+        with tf.control_dependencies([first]):
+            later_ids = tf.identity(tf.constant([4, 6], tf.int64))
+        second = mx.sparse_lookup(table, later_ids, modify_graph=True, access_and_evict_config=config)
+        loss = tf.reduce_sum(first * first + first) + tf.reduce_sum(3.0 * second)   # 4 at A: gradient 1
+        local = tf.compat.v1.get_collection(mx.constants.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        offsets = tf.compat.v1.get_collection(mx.constants.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+        train = optimizer.apply_gradients(zip(tf.gradients(loss, local), offsets))
+        with tf.compat.v1.Session() as session:
+            session.run(train)
+        state, stats = table.store.export(), table.store.stats()
+        mx.terminate_config_initializer()
+    return state, stats, received
+
+
+def test_tf_18_the_apply_reuses_each_lookups_result_with_the_keys_paths_outcome(backend, monkeypatch):
+    """TF-18: each gradient that pairs with one lookup's unique keys is applied with that lookup's
+    result (no second dedup; the fast store reuses its row handles), and the table ends exactly as
+    when keys are sent: key 4, pending at lookup A and admitted by lookup B before the apply, takes
+    A's gradient on both paths (OPT-9)."""
+    reused, reused_stats, kinds = _two_lookups_one_apply(backend, monkeypatch, reuse=True)
+    by_keys, keys_stats, key_kinds = _two_lookups_one_apply(backend, monkeypatch, reuse=False)
+    assert kinds == ["LookupResult", "LookupResult"] and key_kinds == ["ndarray", "ndarray"]
+    assert reused.keys.tolist() == [4, 5] and reused.differences(by_keys) == []
+    assert reused_stats == keys_stats and reused_stats["grad_rows_applied"] == 3

@@ -16,6 +16,7 @@ from tensorflow.python.eager.context import eager_mode   # no public API enters 
 
 from ..state import PADDING_KEY, TableState
 from .lookup import step_ops
+from .table import NO_RESULT
 
 # the training graph's custom gradients capture its store calls; a serving model needs no gradient
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
@@ -102,7 +103,8 @@ def _export(session, inputs, outputs, path) -> str:
             hash_table, rows = tables[lookups[name].table.table_name]
             positions = hash_table.lookup(keys)
             replaced = (keys, tf.gather(rows, positions), tf.range(tf.size(keys, out_type=tf.int64)),
-                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64))
+                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64),
+                        tf.constant(NO_RESULT, tf.int64))      # outputs of lookup.py's store_lookup, in order
             mapping.update({f"{name}:{k}": tensor for k, tensor in enumerate(replaced)})
         mapping.update({f"{name}:0": tf.identity(variable.handle) for name, variable in stand_ins.items()})
         tf.compat.v1.import_graph_def(frozen, input_map=mapping, name="b")

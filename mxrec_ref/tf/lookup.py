@@ -5,8 +5,10 @@ to the store, which counts, admits, places and returns the unique rows and
 the inverse index; each lookup gathers its own slice of the inverse.
 Backward: the gradient of each lookup is summed per unique key and returned
 for the table's proxy variable as ``IndexedSlices(values, indices=keys)``;
-the sparse optimizer hands those to ``store.apply_gradients``, which merges
-duplicate keys from several lookups.
+the sparse optimizer hands those to ``store.apply_gradients``: with the
+lookup's own result when the gradient's keys are that lookup's unique keys
+(TF-18: the lookup op outputs a token for its result), else with the keys,
+which the store merges (several lookups of a table).
 """
 from __future__ import annotations
 
@@ -21,15 +23,15 @@ from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOC
 from .distributed import ordered
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
 from .graph_modifier import iterator_output_of, record_lookup
-from .table import SparseTable
+from .table import NO_RESULT, SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
 
 # Per graph (weakly, so a dropped graph and its tensors are freed):
 # (merged ids, is_train) -> the step op, so lookups of one table share one store call
 _STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-# unique-keys tensor -> (table, the step tensor of its training lookup): for the
-# dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET) and the step of the apply
+# unique-keys tensor -> (table, the step tensor of its training lookup, its result token): for the
+# dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET), the step of the apply and the result it reuses
 _KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -71,11 +73,19 @@ def train_step_of(table, keys):
                 seen.add(source.ref())
                 frontier.append(source)
     if not steps:
-        steps = [step for owner, step in registered.values() if owner is table]
+        steps = [entry[1] for entry in registered.values() if entry[0] is table]
     if not steps:
         raise ValueError(f"table {table.table_name!r}: grad: no training sparse_lookup of this table in this graph; "
                          f"build the lookups and apply_gradients in one graph")
     return steps[0] if len(steps) == 1 else tf.reduce_max(tf.stack(steps))
+
+
+def result_token_of(table, keys):
+    """TF-18: the result token of the training lookup of ``table`` whose unique keys ``keys`` are
+    (the very tensor: one lookup's gradient, or the recipe's id offset), or None -- then the
+    apply sends keys, e.g. the concatenated keys of several lookups, which the store merges."""
+    entry = _KEYS_TO_TABLE.get(_graph_of(keys), {}).get(keys.ref())
+    return entry[2] if entry is not None and entry[0] is table else None
 
 
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
@@ -238,14 +248,17 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         if share.source is not None:          # merged by the graph modifier: read this lookup's segment
             result, offsets, step_used = share.source.current
             low, high = offsets[share.segment], offsets[share.segment + 1]
+            # one segment of several: the gradients of the segments are concatenated and sent as keys
+            alone = is_train and len(share.source.records) == 1
             return (result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted,
-                    np.int64(step_used))
+                    np.int64(step_used), np.int64(table.keep_result(result) if alone else NO_RESULT))
         result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
                                                timestamp=stamp_value if has_timestamp else None, pad_to=pad_to)
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used)
+        return (result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used),
+                np.int64(table.keep_result(result) if is_train else NO_RESULT))
 
-    unique_keys, rows, inverse, admitted, step_used = tf.numpy_function(
-        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64], stateful=True,
+    unique_keys, rows, inverse, admitted, step_used, token = tf.numpy_function(
+        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64, tf.int64], stateful=True,
         name="store_lookup")
     ordered(unique_keys, "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
     unique_keys.set_shape([pad_to])
@@ -253,14 +266,15 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
     inverse.set_shape(merged.shape)
     admitted.set_shape([pad_to])
     step_used.set_shape([])
+    token.set_shape([])
     if is_train:
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
         registered = _KEYS_TO_TABLE.setdefault(_graph_of(unique_keys), {})
         if tf.executing_eagerly():        # eager tensors have no inputs to walk: keep the latest lookup only
-            for ref in [r for r, (owner, _) in registered.items() if owner is table]:
+            for ref in [r for r, entry in registered.items() if entry[0] is table]:
                 del registered[ref]
-        registered[unique_keys.ref()] = (table, step_used)
+        registered[unique_keys.ref()] = (table, step_used, token)
     # One gather for every lookup of the table, split into the lookups' shares:
     # the gradient of a split is one concat, and the custom gradient below sums
     # it per unique key in one op (instead of one small graph per lookup).
