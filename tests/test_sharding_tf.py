@@ -84,6 +84,37 @@ def test_tf_19_one_apply_op_for_every_table_in_table_name_order(two_ranks):
     assert [k.op.name.split("/")[0] for k in keys] == ["alpha", "zeta"]
 
 
+def test_tf_20_a_fused_lookup_takes_its_place_in_the_collective_chain(two_ranks):
+    """TF-20 on two ranks: zeta and alpha (FeatureSpec lookups of one batch) share one op, which runs
+    alpha first and replaces the op made for zeta alone in the chain; table mid, built after another
+    collective, gets its own op.  Every live collective waits for the one before it; no op waits for a
+    replaced lookup (it would run it)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        names = ("zeta", "alpha", "mid")
+        tables = {n: mx.create_table(tf.int64, 2, n, tf.compat.v1.zeros_initializer(), device_vocabulary_size=10)
+                  for n in names}
+        specs = {n: mx.FeatureSpec(f"f{n}", table_name=n) for n in names}
+        ds = tf.data.Dataset.from_tensor_slices({f"f{n}": [[1, 2]] for n in names}).batch(1)
+        batch = tf.compat.v1.data.make_one_shot_iterator(
+            ds.map(mx.get_asc_insert_func(tgt_key_specs=list(specs.values())))).get_next()
+        hccl_ops.allreduce(tf.constant([1.0]))
+        for name in ("zeta", "alpha"):
+            mx.sparse_lookup(tables[name], specs[name], batch=batch)
+        hccl_ops.allreduce(tf.constant([2.0]))
+        mx.sparse_lookup(tables["mid"], specs["mid"], batch=batch)
+    ops = collective_ops(graph)
+    live = [op for op in ops if "store_lookup" not in op.name or any(t.consumers() for t in op.outputs)]
+    replaced = [op for op in ops if op not in live]
+    assert [len(op.outputs) for op in live] == [1, 12, 1, 6]
+    assert [len(op.outputs) for op in replaced] == [6, 18]     # zeta alone; all three, refused for mid
+    assert live[1].outputs[0].consumers()[0].name.startswith("alpha/")        # table-name order inside the op
+    for previous, op in zip(live, live[1:]):
+        assert previous in op.control_inputs, (previous.name, op.name)
+    assert not any(set(replaced) & set(op.control_inputs) for op in graph.get_operations())
+
+
 def test_shard_12_one_rank_adds_no_dependency():
     set_world(None)
     graph = tf.Graph()

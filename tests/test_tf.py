@@ -405,3 +405,56 @@ def test_tf_18_the_apply_reuses_each_lookups_result_with_the_keys_paths_outcome(
     assert kinds == ["LookupResult", "LookupResult"] and key_kinds == ["ndarray", "ndarray"]
     assert reused.keys.tolist() == [4, 5] and reused.differences(by_keys) == []
     assert reused_stats == keys_stats and reused_stats["grad_rows_applied"] == 3
+
+
+def _live_store_lookups(graph) -> list:
+    """The store-lookup ops something in ``graph`` reads (a replaced fused op has no consumer)."""
+    return [op for op in graph.get_operations() if op.type in ("PyFunc", "EagerPyFunc") and "store_lookup" in op.name
+            and any(t.consumers() for t in op.outputs)]
+
+
+def test_tf_20_the_feature_spec_lookups_of_a_batch_share_one_store_op(backend, monkeypatch):
+    """TF-20: tables user and item (item looked up twice), FeatureSpec lookups of one batch: one store op
+    for both tables, and losses, tables and statistics bit for bit those of one op per table."""
+    from mxrec_ref.tf import fused_lookup
+
+    runs = {}
+    for fused in (True, False):
+        with monkeypatch.context() as patch:
+            if not fused:
+                patch.setattr(fused_lookup, "available", lambda: False)
+            handles = tf_model.build(backend, access_threshold=2, eviction_threshold=100)
+            ops = len(_live_store_lookups(handles["graph"]))
+            losses, session = tf_model.train(handles, 6)
+            session.close()
+        tables = handles["tables"].items()
+        runs[fused] = (ops, losses, {n: t.store.export() for n, t in tables}, {n: t.store.stats() for n, t in tables})
+    assert runs[True][0] == 1 and runs[False][0] == 2
+    assert runs[True][1] == runs[False][1]
+    for name in ("user", "item"):
+        assert runs[True][2][name].differences(runs[False][2][name]) == []
+    assert runs[True][3] == runs[False][3]
+
+
+def test_tf_20_a_lookup_that_cannot_join_its_batchs_op_gets_its_own(backend):
+    """TF-20: table b's lookup is built under a control dependency on table a's embeddings, so joining
+    a's op would make a cycle; table c's is built after a session ran b's op, whose consumers can no
+    longer be rewired.  Each gets its own op, and every table looks up once per run."""
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    a, b, c = (mx.create_table(tf.int64, 2, n, tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+               for n in "abc")
+    specs = [mx.FeatureSpec(f"f{n}", table_name=n) for n in "abc"]
+    ds = tf.data.Dataset.from_tensor_slices({"fa": [[1, 2]], "fb": [[3, 3]], "fc": [[4, 5]]}).batch(1).repeat()
+    batch = tf.compat.v1.data.make_one_shot_iterator(ds.map(mx.get_asc_insert_func(tgt_key_specs=specs))).get_next()
+    first = mx.sparse_lookup(a, specs[0], batch=batch)
+    with tf.control_dependencies([first]):
+        second = mx.sparse_lookup(b, specs[1], batch=batch)
+    graph = tf.compat.v1.get_default_graph()
+    assert len(_live_store_lookups(graph)) == 2
+    with tf.compat.v1.Session() as session:
+        assert session.run(second).tolist() == [[[1.0, 1.0], [1.0, 1.0]]]
+        third = mx.sparse_lookup(c, specs[2], batch=batch)
+        assert len(_live_store_lookups(graph)) == 3
+        session.run([second, third])
+    assert [t.store.stats()["train_lookups"] for t in (a, b, c)] == [2, 2, 1]

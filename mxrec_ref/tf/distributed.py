@@ -113,6 +113,22 @@ def ordered(op, chain: str) -> None:
     chains[chain] = op
 
 
+def take_over(old, new, chain: str) -> bool:
+    """SHARD-12 for an op built to replace ``old`` (TF-20: a batch's fused lookup grows by one table):
+    if ``old`` is still the last op of ``chain``, ``new`` becomes it and True is returned (``new`` must
+    wait for what ``old`` waited for; the caller copies ``old``'s control inputs).  False when another
+    op was chained after ``old``: ``new`` cannot replace it without running out of order.  True on one
+    rank or eagerly, where there is no chain."""
+    if world().size == 1 or tf.executing_eagerly():
+        return True
+    old, new = getattr(old, "op", old), getattr(new, "op", new)
+    chains = _CHAINS.setdefault(new.graph, {})
+    if chains.get(chain) is not old:
+        return False
+    chains[chain] = new
+    return True
+
+
 def dense_reduction() -> str:
     value = os.environ.get(DENSE_REDUCE_VARIABLE, "rankorder").strip().lower() or "rankorder"
     if value not in DENSE_REDUCTIONS:

@@ -2,7 +2,9 @@
 
 Forward: a ``tf.numpy_function`` sends the table's (merged) ids of the batch
 to the store, which counts, admits, places and returns the unique rows and
-the inverse index; each lookup gathers its own slice of the inverse.
+the inverse index; each lookup gathers its own slice of the inverse.  The
+FeatureSpec lookups of one batch share one numpy_function for all their tables
+(TF-20, ``fused_lookup.py``).
 Backward: the gradient of each lookup is summed per unique key and returned
 for the table's proxy variable as ``IndexedSlices(values, indices=keys)``;
 the sparse optimizer hands those to ``store.apply_gradients``: with the
@@ -17,6 +19,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from . import fused_lookup
 from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
@@ -138,7 +141,8 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         raise TypeError(f"table {table.table_name!r}: ids: must be a FeatureSpec or a tensor, got {type(ids).__name__}")
     table.note_lookup(bool(is_train))
     with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
-        step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments)
+        fused = isinstance(ids, FeatureSpec) and fused_lookup.available()     # TF-20
+        step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments, fused)
         if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
             record_lookup(table, feature, step, bool(is_train))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
@@ -209,7 +213,9 @@ def _group_of(table, spec, batch):
 
 
 class _StepOp:
-    """One store call for a table's merged ids, and every lookup's share of it."""
+    """One store call for a table's merged ids, and every lookup's share of it.  ``op`` is the
+    table's own numpy_function, or None when the table's lookup is part of its batch's fused call
+    (TF-20); ``outputs`` are the six tensors the graph reads either way, ``merged`` the ids."""
 
     def __init__(self, op, share, unique_keys, rows, inverse, admitted, embeddings, positions, step, stamp,
                  has_timestamp, pad_to):
@@ -229,11 +235,12 @@ class MergedShare:
 
 
 def step_ops(graph) -> list:
-    """The store lookups built in ``graph`` (each with ``.op``, its numpy_function, and ``.table``)."""
+    """The store lookups built in ``graph`` (each with ``.op``, its numpy_function or None when
+    fused, ``.outputs``, ``.merged`` and ``.table``)."""
     return list(_STEP_OPS.get(graph, {}).values())
 
 
-def _step_op(table, merged, is_train, timestamp, pad_to, segments):
+def _step_op(table, merged, is_train, timestamp, pad_to, segments, fused: bool):
     cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
     cache_key = (merged.ref(), is_train)
     if cache_key in cache:
@@ -257,10 +264,13 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         return (result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used),
                 np.int64(table.keep_result(result) if is_train else NO_RESULT))
 
-    unique_keys, rows, inverse, admitted, step_used, token = tf.numpy_function(
-        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64, tf.int64], stateful=True,
-        name="store_lookup")
-    ordered(unique_keys, "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
+    if fused:
+        outputs = fused_lookup.join(table, merged, step, stamp, has_timestamp, pad_to, is_train)
+    else:
+        outputs = tf.numpy_function(run, [merged, step, stamp], list(fused_lookup.OUTPUTS), stateful=True,
+                                    name="store_lookup")
+        ordered(outputs[0], "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
+    unique_keys, rows, inverse, admitted, step_used, token = outputs
     unique_keys.set_shape([pad_to])
     rows.set_shape([pad_to, table.emb_size])
     inverse.set_shape(merged.shape)
@@ -286,9 +296,10 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
     eager = tf.executing_eagerly()      # an eager lookup has run already: no op, nothing to share or cache
-    step_op = _StepOp(None if eager else unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
+    step_op = _StepOp(None if eager or fused else unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
                       positions, step, stamp, has_timestamp, pad_to)
     step_op.table = table               # for the serving export (tf/export.py, KERAS-10)
+    step_op.outputs, step_op.merged = list(outputs), merged
     if not eager:
         cache[cache_key] = step_op
     return step_op
