@@ -115,6 +115,39 @@ def test_tf_20_a_fused_lookup_takes_its_place_in_the_collective_chain(two_ranks)
     assert not any(set(replaced) & set(op.control_inputs) for op in graph.get_operations())
 
 
+def test_tf_19_one_rank_runs_the_tables_side_by_side_several_in_order():
+    """TF-19/TF-20: on one rank a fused op's tables run side by side (each call below waits for the other
+    at a barrier: one after the other would time out); every call finishes and the first failure in
+    table order is raised.  On two ranks they run one after the other, in the order given."""
+    import threading
+
+    set_world(None)
+    barrier, finished = threading.Barrier(2, timeout=10), []
+
+    def call(name, fail=False):
+        def run():
+            barrier.wait()
+            finished.append(name)
+            if fail:
+                raise ValueError(f"table {name!r}")
+            return name
+        return run
+
+    assert tf_distributed.each_table([call("a"), call("b")]) == ["a", "b"]
+    with pytest.raises(ValueError, match="table 'b'"):
+        tf_distributed.each_table([call("a"), call("b", fail=True)])
+    with pytest.raises(ValueError, match="table 'a'"):
+        tf_distributed.each_table([call("a", fail=True), call("b", fail=True)])
+    assert sorted(finished) == ["a", "a", "a", "b", "b", "b"]
+    set_world(VirtualWorld(2).communicators()[0])
+    try:
+        order = []
+        assert tf_distributed.each_table([lambda: order.append("b") or 2, lambda: order.append("a") or 1]) == [2, 1]
+        assert order == ["b", "a"]
+    finally:
+        set_world(None)
+
+
 def test_shard_12_one_rank_adds_no_dependency():
     set_world(None)
     graph = tf.Graph()

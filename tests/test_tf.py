@@ -413,9 +413,10 @@ def _live_store_lookups(graph) -> list:
             and any(t.consumers() for t in op.outputs)]
 
 
-def test_tf_20_the_feature_spec_lookups_of_a_batch_share_one_store_op(backend, monkeypatch):
+def test_tf_20_the_feature_spec_lookups_of_a_batch_share_one_store_op(fast_backend, monkeypatch):
     """TF-20: tables user and item (item looked up twice), FeatureSpec lookups of one batch: one store op
-    for both tables, and losses, tables and statistics bit for bit those of one op per table."""
+    for both tables, and losses, tables and statistics bit for bit those of one op per table (the fast
+    backend only: fusing is the TF layer's, and each build costs seconds)."""
     from mxrec_ref.tf import fused_lookup
 
     runs = {}
@@ -423,9 +424,9 @@ def test_tf_20_the_feature_spec_lookups_of_a_batch_share_one_store_op(backend, m
         with monkeypatch.context() as patch:
             if not fused:
                 patch.setattr(fused_lookup, "available", lambda: False)
-            handles = tf_model.build(backend, access_threshold=2, eviction_threshold=100)
+            handles = tf_model.build("fast", access_threshold=2, eviction_threshold=100)
             ops = len(_live_store_lookups(handles["graph"]))
-            losses, session = tf_model.train(handles, 6)
+            losses, session = tf_model.train(handles, 4)
             session.close()
         tables = handles["tables"].items()
         runs[fused] = (ops, losses, {n: t.store.export() for n, t in tables}, {n: t.store.stats() for n, t in tables})

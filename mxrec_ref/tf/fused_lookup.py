@@ -2,7 +2,8 @@
 
 Every table looked up on one batch (the merged ids the insert function put in one
 ``iterator.get_next()``) in one mode shares one ``tf.numpy_function``, which runs the
-tables' store lookups in table-name order.  Lookups are built one at a time, so the call
+tables' store lookups side by side on one rank and in table-name order on several
+(``distributed.each_table``).  Lookups are built one at a time, so the call
 grows: each new table builds a call for the tables so far, and the earlier tables' output
 tensors -- ``Identity`` ops, which is what the rest of the graph consumes -- are rewired to
 it.  The call it replaces is left without consumers and never runs.
@@ -14,12 +15,13 @@ call, which later tables join.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
 import tensorflow as tf
 
-from .distributed import ordered, take_over
+from .distributed import each_table, ordered, take_over
 from .table import NO_RESULT
 
 OUTPUTS = (tf.int64, tf.float32, tf.int64, tf.bool, tf.int64, tf.int64)   # keys, rows, inverse, admitted, step, token
@@ -93,18 +95,17 @@ def _build(call: _FusedCall, members: list[_Member], is_train: bool):
     members = _in_call_order(members)
     inputs = [tensor for m in members for tensor in (m.merged, m.step, m.stamp)]
 
+    def lookup(m: _Member, ids, step_value, stamp_value) -> list:
+        result, step_used = m.table.lookup_batch(ids, is_train=is_train, step=step_value,
+                                                 timestamp=stamp_value if m.has_timestamp else None, pad_to=m.pad_to)
+        token = m.table.keep_result(result) if is_train else NO_RESULT
+        return [result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used),
+                np.int64(token)]
+
     def run(*values):
         call.ran = True
-        out = []
-        for i, m in enumerate(members):
-            ids, step_value, stamp_value = values[3 * i:3 * i + 3]
-            result, step_used = m.table.lookup_batch(ids, is_train=is_train, step=step_value,
-                                                     timestamp=stamp_value if m.has_timestamp else None,
-                                                     pad_to=m.pad_to)
-            token = m.table.keep_result(result) if is_train else NO_RESULT
-            out += [result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted,
-                    np.int64(step_used), np.int64(token)]
-        return out
+        parts = each_table([functools.partial(lookup, m, *values[3 * i:3 * i + 3]) for i, m in enumerate(members)])
+        return [tensor for part in parts for tensor in part]
 
     return tf.numpy_function(run, inputs, list(OUTPUTS) * len(members), stateful=True, name="store_lookup")[0]
 

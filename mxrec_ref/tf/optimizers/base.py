@@ -11,6 +11,7 @@ in table-name order.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from ...errors import MxrecError
 from ...optimizers import SparseOptimizer
 from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
-from ..distributed import ordered
+from ..distributed import each_table, ordered
 from ..lookup import result_token_of, table_of_keys, train_step_of
 from ..table import NO_RESULT, SparseTable
 
@@ -97,9 +98,9 @@ class _TableApply:
 
 
 def _apply_op(applies: list[_TableApply]):
-    """One store call (one numpy_function) for every table's update of the step (TF-19), in
-    table-name order, so a sharded store's collectives run in one order on every rank (SHARD-12);
-    pairs of one table keep the caller's order.  Each ``step`` is a graph input from the lookups
+    """One store call (one numpy_function) for every table's update of the step (TF-19): side by
+    side on one rank, in table-name order on several, so a sharded store's collectives run in one
+    order on every rank (SHARD-12); pairs of one table keep the caller's order.  Each ``step`` is a graph input from the lookups
     the gradient comes from, so lookup and apply of one step agree by data flow.  Returns the rows
     each pair updated, int64 [pairs]."""
     applies = sorted(applies, key=lambda a: a.table.table_name)
@@ -108,9 +109,16 @@ def _apply_op(applies: list[_TableApply]):
         token = entry.token if entry.token is not None else tf.constant(NO_RESULT, tf.int64)
         inputs += [tf.cast(entry.keys, tf.int64), tf.cast(entry.values, tf.float32), entry.step, token]
 
+    # one task per table, its pairs in order: two applies to one table never run side by side
+    tables = [list(group) for _, group in itertools.groupby(range(len(applies)),
+                                                             key=lambda i: applies[i].table.table_name)]
+
+    def apply_pairs(pairs, values) -> list[int]:
+        return [_apply_table(applies[i].table, *values[4 * i:4 * i + 4]) for i in pairs]
+
     def apply(*values):
-        return np.array([_apply_table(entry.table, *values[4 * i:4 * i + 4]) for i, entry in enumerate(applies)],
-                        dtype=np.int64)
+        applied = each_table([functools.partial(apply_pairs, pairs, values) for pairs in tables])
+        return np.array([count for counts in applied for count in counts], dtype=np.int64)
 
     applied = tf.numpy_function(apply, inputs, tf.int64, stateful=True, name="sparse_apply")
     applied.set_shape([len(applies)])
