@@ -113,7 +113,8 @@ def _build(call: _FusedCall, members: list[_Member], is_train: bool):
 def _can_replace(call: _FusedCall, grown, member: _Member, is_train: bool) -> bool:
     """``grown`` may take ``call.op``'s place: no session has run the old call yet, it inherits the
     old call's control inputs, its new inputs do not depend on the old call (a cycle once the old
-    tables read the grown call), and no collective was chained after the old call.  Otherwise ``grown`` stays unused (it never runs)."""
+    tables read the grown call), and no collective was chained after the old call.  Otherwise
+    ``grown`` stays unused (it never runs)."""
     old = call.op
     if call.ran:     # TF would keep running the old op for the session that ran it
         return False

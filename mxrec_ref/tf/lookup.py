@@ -296,8 +296,8 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments, fused: bool):
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
     eager = tf.executing_eagerly()      # an eager lookup has run already: no op, nothing to share or cache
-    step_op = _StepOp(None if eager or fused else unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
-                      positions, step, stamp, has_timestamp, pad_to)
+    step_op = _StepOp(None if eager or fused else unique_keys.op, share, unique_keys, rows, inverse, admitted,
+                      embeddings, positions, step, stamp, has_timestamp, pad_to)
     step_op.table = table               # for the serving export (tf/export.py, KERAS-10)
     step_op.outputs, step_op.merged = list(outputs), merged
     if not eager:

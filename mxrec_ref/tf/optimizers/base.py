@@ -100,9 +100,9 @@ class _TableApply:
 def _apply_op(applies: list[_TableApply]):
     """One store call (one numpy_function) for every table's update of the step (TF-19): side by
     side on one rank, in table-name order on several, so a sharded store's collectives run in one
-    order on every rank (SHARD-12); pairs of one table keep the caller's order.  Each ``step`` is a graph input from the lookups
-    the gradient comes from, so lookup and apply of one step agree by data flow.  Returns the rows
-    each pair updated, int64 [pairs]."""
+    order on every rank (SHARD-12); pairs of one table keep the caller's order.  Each ``step`` is a
+    graph input from the lookups the gradient comes from, so lookup and apply of one step agree by
+    data flow.  Returns the rows each pair updated, int64 [pairs]."""
     applies = sorted(applies, key=lambda a: a.table.table_name)
     inputs = []
     for entry in applies:
