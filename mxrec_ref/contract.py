@@ -117,7 +117,10 @@ class Store(ABC):
                                  f"table {result.table!r} or to another store")
             if not result.train:
                 raise UsageError(f"table {self.name!r}: result: an evaluation lookup has no gradient to apply")
-            keys, mask = self._check_result_arrays(result)
+            keys, _ = self._check_result_arrays(result)
+            # OPT-9: every key but padding is resolved now, as by keys; ``admitted`` is lookup-time
+            # state, and another training lookup since may have given a pending key its row.
+            mask = keys != PADDING_KEY
         else:
             keys, _ = self._check_keys(result, parameter="keys")
             mask = keys != PADDING_KEY

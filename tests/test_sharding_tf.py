@@ -59,10 +59,93 @@ def test_shard_12_every_collective_op_waits_for_the_one_built_before_it_in_its_c
     ops = collective_ops(graph)
     train_chain = [op for op in ops if "ea/" not in op.name]
     eval_ops = [op for op in ops if "ea/" in op.name]
-    assert len(train_chain) == 5 and len(eval_ops) == 1    # 2 lookups, the dense reduction, 2 applies
+    assert len(train_chain) == 4 and len(eval_ops) == 1    # 2 lookups, the dense reduction, 1 apply (TF-19)
     for previous, op in zip(train_chain, train_chain[1:]):
         assert previous in op.control_inputs, (previous.name, op.name)
     assert not set(eval_ops[0].control_inputs) & set(train_chain)    # evaluation never runs training
+
+
+def test_tf_19_one_apply_op_for_every_table_in_table_name_order(two_ranks):
+    """TF-19: the tables of one apply_gradients call share one store op, which applies them in
+    table-name order whatever the order of the pairs (the same on every rank: SHARD-12)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        init = tf.compat.v1.zeros_initializer()
+        tables = [mx.create_table(tf.int64, 2, name, init, device_vocabulary_size=10) for name in ("zeta", "alpha")]
+        optimizer = adagrad.create_hash_optimizer(learning_rate=0.1)
+        ids = tf.constant([[1, 2]], tf.int64)
+        loss = sum(tf.reduce_sum(mx.sparse_lookup(t, ids, modify_graph=True)) for t in tables)
+        sparse = [t.variable for t in tables]
+        optimizer.apply_gradients(zip(tf.gradients(loss, sparse), sparse))
+    applies = [op for op in collective_ops(graph) if "sparse_apply" in op.name]
+    assert len(applies) == 1
+    keys = [applies[0].inputs[i] for i in (0, 4)]        # keys, rows, step, result token per table
+    assert [k.op.name.split("/")[0] for k in keys] == ["alpha", "zeta"]
+
+
+def test_tf_20_a_fused_lookup_takes_its_place_in_the_collective_chain(two_ranks):
+    """TF-20 on two ranks: zeta and alpha (FeatureSpec lookups of one batch) share one op, which runs
+    alpha first and replaces the op made for zeta alone in the chain; table mid, built after another
+    collective, gets its own op.  Every live collective waits for the one before it; no op waits for a
+    replaced lookup (it would run it)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        names = ("zeta", "alpha", "mid")
+        tables = {n: mx.create_table(tf.int64, 2, n, tf.compat.v1.zeros_initializer(), device_vocabulary_size=10)
+                  for n in names}
+        specs = {n: mx.FeatureSpec(f"f{n}", table_name=n) for n in names}
+        ds = tf.data.Dataset.from_tensor_slices({f"f{n}": [[1, 2]] for n in names}).batch(1)
+        batch = tf.compat.v1.data.make_one_shot_iterator(
+            ds.map(mx.get_asc_insert_func(tgt_key_specs=list(specs.values())))).get_next()
+        hccl_ops.allreduce(tf.constant([1.0]))
+        for name in ("zeta", "alpha"):
+            mx.sparse_lookup(tables[name], specs[name], batch=batch)
+        hccl_ops.allreduce(tf.constant([2.0]))
+        mx.sparse_lookup(tables["mid"], specs["mid"], batch=batch)
+    ops = collective_ops(graph)
+    live = [op for op in ops if "store_lookup" not in op.name or any(t.consumers() for t in op.outputs)]
+    replaced = [op for op in ops if op not in live]
+    assert [len(op.outputs) for op in live] == [1, 12, 1, 6]
+    assert [len(op.outputs) for op in replaced] == [6, 18]     # zeta alone; all three, refused for mid
+    assert live[1].outputs[0].consumers()[0].name.startswith("alpha/")        # table-name order inside the op
+    for previous, op in zip(live, live[1:]):
+        assert previous in op.control_inputs, (previous.name, op.name)
+    assert not any(set(replaced) & set(op.control_inputs) for op in graph.get_operations())
+
+
+def test_tf_19_one_rank_runs_the_tables_side_by_side_several_in_order():
+    """TF-19/TF-20: on one rank a fused op's tables run side by side (each call below waits for the other
+    at a barrier: one after the other would time out); every call finishes and the first failure in
+    table order is raised.  On two ranks they run one after the other, in the order given."""
+    import threading
+
+    set_world(None)
+    barrier, finished = threading.Barrier(2, timeout=10), []
+
+    def call(name, fail=False):
+        def run():
+            barrier.wait()
+            finished.append(name)
+            if fail:
+                raise ValueError(f"table {name!r}")
+            return name
+        return run
+
+    assert tf_distributed.each_table([call("a"), call("b")]) == ["a", "b"]
+    with pytest.raises(ValueError, match="table 'b'"):
+        tf_distributed.each_table([call("a"), call("b", fail=True)])
+    with pytest.raises(ValueError, match="table 'a'"):
+        tf_distributed.each_table([call("a", fail=True), call("b", fail=True)])
+    assert sorted(finished) == ["a", "a", "a", "b", "b", "b"]
+    set_world(VirtualWorld(2).communicators()[0])
+    try:
+        order = []
+        assert tf_distributed.each_table([lambda: order.append("b") or 2, lambda: order.append("a") or 1]) == [2, 1]
+        assert order == ["b", "a"]
+    finally:
+        set_world(None)
 
 
 def test_shard_12_one_rank_adds_no_dependency():

@@ -351,3 +351,111 @@ def test_tf_14_the_apply_takes_the_step_of_the_lookup_that_fed_its_gradient(back
     alone = _rows_after_one_step(backend, with_later_lookup=False)
     assert alone[1] != [1.0, 1.0]
     assert _rows_after_one_step(backend, with_later_lookup=True) == alone
+
+
+def _two_lookups_one_apply(backend, monkeypatch, reuse: bool):
+    """Table t (access threshold 2, Adagrad): lookup A of keys [4, 5, 5] (4 pending, 5 admitted), then
+    lookup B of [4, 6] (its ids wait for A), which admits 4, before the one apply of both gradients
+    (the local-embedding recipe: each gradient pairs with its lookup's unique keys).  ``reuse=False``:
+    no result is kept, so every apply sends keys (the path before TF-18).  Returns the table's
+    state, its statistics and the types of what the store's apply received."""
+    from mxrec_ref.contract import Store
+    from mxrec_ref.tf.optimizers import adagrad
+    from mxrec_ref.tf.table import SparseTable
+
+    received, apply_gradients = [], Store.apply_gradients
+
+    def spy(store, result, grad_rows, *, step):
+        received.append(type(result).__name__)
+        return apply_gradients(store, result, grad_rows, step=step)
+
+    with monkeypatch.context() as patch, tf.Graph().as_default():
+        patch.setattr(Store, "apply_gradients", spy)
+        if not reuse:
+            patch.setattr(SparseTable, "keep_result", lambda table, result: mx.table.NO_RESULT)
+        tf_model.fresh_graph()
+        mx.init(backend=backend, use_dynamic_expansion=True)
+        table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=2),
+                                device_vocabulary_size=4)
+        optimizer = adagrad.create_hash_optimizer(learning_rate=0.5)
+        config = {"access_threshold": 2, "eviction_threshold": 100}
+        first = mx.sparse_lookup(table, tf.constant([4, 5, 5], tf.int64), modify_graph=True,
+                                 access_and_evict_config=config)
+        with tf.control_dependencies([first]):
+            later_ids = tf.identity(tf.constant([4, 6], tf.int64))
+        second = mx.sparse_lookup(table, later_ids, modify_graph=True, access_and_evict_config=config)
+        loss = tf.reduce_sum(first * first + first) + tf.reduce_sum(3.0 * second)   # 4 at A: gradient 1
+        local = tf.compat.v1.get_collection(mx.constants.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        offsets = tf.compat.v1.get_collection(mx.constants.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+        train = optimizer.apply_gradients(zip(tf.gradients(loss, local), offsets))
+        with tf.compat.v1.Session() as session:
+            session.run(train)
+        state, stats = table.store.export(), table.store.stats()
+        mx.terminate_config_initializer()
+    return state, stats, received
+
+
+def test_tf_18_the_apply_reuses_each_lookups_result_with_the_keys_paths_outcome(backend, monkeypatch):
+    """TF-18: each gradient that pairs with one lookup's unique keys is applied with that lookup's
+    result (no second dedup; the fast store reuses its row handles), and the table ends exactly as
+    when keys are sent: key 4, pending at lookup A and admitted by lookup B before the apply, takes
+    A's gradient on both paths (OPT-9)."""
+    reused, reused_stats, kinds = _two_lookups_one_apply(backend, monkeypatch, reuse=True)
+    by_keys, keys_stats, key_kinds = _two_lookups_one_apply(backend, monkeypatch, reuse=False)
+    assert kinds == ["LookupResult", "LookupResult"] and key_kinds == ["ndarray", "ndarray"]
+    assert reused.keys.tolist() == [4, 5] and reused.differences(by_keys) == []
+    assert reused_stats == keys_stats and reused_stats["grad_rows_applied"] == 3
+
+
+def _live_store_lookups(graph) -> list:
+    """The store-lookup ops something in ``graph`` reads (a replaced fused op has no consumer)."""
+    return [op for op in graph.get_operations() if op.type in ("PyFunc", "EagerPyFunc") and "store_lookup" in op.name
+            and any(t.consumers() for t in op.outputs)]
+
+
+def test_tf_20_the_feature_spec_lookups_of_a_batch_share_one_store_op(fast_backend, monkeypatch):
+    """TF-20: tables user and item (item looked up twice), FeatureSpec lookups of one batch: one store op
+    for both tables, and losses, tables and statistics bit for bit those of one op per table (the fast
+    backend only: fusing is the TF layer's, and each build costs seconds)."""
+    from mxrec_ref.tf import fused_lookup
+
+    runs = {}
+    for fused in (True, False):
+        with monkeypatch.context() as patch:
+            if not fused:
+                patch.setattr(fused_lookup, "available", lambda: False)
+            handles = tf_model.build("fast", access_threshold=2, eviction_threshold=100)
+            ops = len(_live_store_lookups(handles["graph"]))
+            losses, session = tf_model.train(handles, 4)
+            session.close()
+        tables = handles["tables"].items()
+        runs[fused] = (ops, losses, {n: t.store.export() for n, t in tables}, {n: t.store.stats() for n, t in tables})
+    assert runs[True][0] == 1 and runs[False][0] == 2
+    assert runs[True][1] == runs[False][1]
+    for name in ("user", "item"):
+        assert runs[True][2][name].differences(runs[False][2][name]) == []
+    assert runs[True][3] == runs[False][3]
+
+
+def test_tf_20_a_lookup_that_cannot_join_its_batchs_op_gets_its_own(backend):
+    """TF-20: table b's lookup is built under a control dependency on table a's embeddings, so joining
+    a's op would make a cycle; table c's is built after a session ran b's op, whose consumers can no
+    longer be rewired.  Each gets its own op, and every table looks up once per run."""
+    tf_model.fresh_graph()
+    mx.init(backend=backend)
+    a, b, c = (mx.create_table(tf.int64, 2, n, tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+               for n in "abc")
+    specs = [mx.FeatureSpec(f"f{n}", table_name=n) for n in "abc"]
+    ds = tf.data.Dataset.from_tensor_slices({"fa": [[1, 2]], "fb": [[3, 3]], "fc": [[4, 5]]}).batch(1).repeat()
+    batch = tf.compat.v1.data.make_one_shot_iterator(ds.map(mx.get_asc_insert_func(tgt_key_specs=specs))).get_next()
+    first = mx.sparse_lookup(a, specs[0], batch=batch)
+    with tf.control_dependencies([first]):
+        second = mx.sparse_lookup(b, specs[1], batch=batch)
+    graph = tf.compat.v1.get_default_graph()
+    assert len(_live_store_lookups(graph)) == 2
+    with tf.compat.v1.Session() as session:
+        assert session.run(second).tolist() == [[[1.0, 1.0], [1.0, 1.0]]]
+        third = mx.sparse_lookup(c, specs[2], batch=batch)
+        assert len(_live_store_lookups(graph)) == 3
+        session.run([second, third])
+    assert [t.store.stats()["train_lookups"] for t in (a, b, c)] == [2, 2, 1]

@@ -240,6 +240,28 @@ def test_opt_9_a_stale_result_lands_on_the_keys_rows(backend):
     assert values == {2: 0.5 - 2, 3: 0.5 - 3, 6: 0.5, 7: 0.5, 9: 0.5}
 
 
+def test_opt_9_a_key_admitted_after_its_lookup_takes_its_gradient(backend):
+    """OPT-9: lookup-time ``admitted`` masks nothing.  Key 4 is pending at the first lookup and admitted
+    by a second training lookup before the first result's apply (two lookups of one table in a step,
+    or a lookup run ahead of its apply): the result's apply updates key 4's row, as the apply by the
+    result's unique keys does; padding is still dropped."""
+    def store():
+        return _constant_store(backend, SGD(learning_rate=1.0), access_threshold=2)
+
+    by_result, by_keys = store(), store()
+    results = [s.lookup(keys(4, 5, 5), step=0, pad_to=3) for s in (by_result, by_keys)]
+    assert results[0].admitted.tolist() == [False, True, False]       # 4 pending, 5 admitted, one pad row
+    for s in (by_result, by_keys):
+        s.lookup(keys(4), step=0)                                    # 4 reaches the threshold: a row
+    grads = np.array([[1, 0, 0], [2, 0, 0], [7, 0, 0]], dtype=F32)
+    assert by_result.apply_gradients(results[0], grads, step=0) == 2
+    assert by_keys.apply_gradients(np.array(results[1].unique_keys), grads, step=0) == 2
+    state = by_result.export()
+    assert state.differences(by_keys.export()) == [] and by_result.stats() == by_keys.stats()
+    assert dict(zip(state.keys.tolist(), state.values[:, 0].tolist())) == {4: 0.5 - 1, 5: 0.5 - 2}
+    assert by_result.stats()["grad_rows_dropped"] == 1
+
+
 def test_opt_9_fast_handles_are_checked_before_use(fast_backend):
     """OPT-9 in the fast core: handles that name another key's row, a free row or no row at all are
     re-resolved by key; the result equals resolving every key by key."""

@@ -11,8 +11,10 @@ With one rank (no launcher) every function here is the identity and adds no op d
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
+import threading
 import weakref
 
 import numpy as np
@@ -114,6 +116,49 @@ def ordered(op, chain: str) -> None:
     if previous is not None and previous is not op:
         op._add_control_input(previous)      # noqa: SLF001 -- TF's own way to order existing ops
     chains[chain] = op
+
+
+def take_over(old, new, chain: str) -> bool:
+    """SHARD-12 for an op built to replace ``old`` (TF-20: a batch's fused lookup grows by one table):
+    if ``old`` is still the last op of ``chain``, ``new`` becomes it and True is returned (``new`` must
+    wait for what ``old`` waited for; the caller copies ``old``'s control inputs).  False when another
+    op was chained after ``old``: ``new`` cannot replace it without running out of order.  True on one
+    rank or eagerly, where there is no chain."""
+    if world().size == 1 or tf.executing_eagerly():
+        return True
+    old, new = getattr(old, "op", old), getattr(new, "op", new)
+    chains = _CHAINS.setdefault(new.graph, {})
+    if chains.get(chain) is not old:
+        return False
+    chains[chain] = new
+    return True
+
+
+_POOL: list = []                  # the thread pool of each_table, made on first use
+_POOL_LOCK = threading.Lock()
+
+
+def each_table(calls: list) -> list:
+    """Run the per-table store calls of one fused op (TF-19, TF-20) and return their results in order.
+    On several ranks, one after the other in the given (table-name) order: a sharded table's
+    collectives must run in one order on every rank (SHARD-12).  On one rank, side by side on a
+    thread pool, as separate ops ran on TF's threads: the tables' stores are independent, each
+    serialises its own calls (CON-8) and the fast kernels release the GIL in their loops.  Every call
+    runs to its end; the first failure in the given order is raised."""
+    if world().size > 1 or len(calls) < 2:
+        return [call() for call in calls]
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)),
+                                                               thread_name_prefix="mxrec_tables"))
+    futures = [_POOL[0].submit(call) for call in calls[1:]]
+    first = concurrent.futures.Future()          # the first call runs on the calling thread: one hand-off fewer
+    try:
+        first.set_result(calls[0]())
+    except Exception as error:                   # noqa: BLE001 -- re-raised below, after the others finish
+        first.set_exception(error)
+    concurrent.futures.wait(futures)
+    return [future.result() for future in [first] + futures]
 
 
 def dense_reduction() -> str:

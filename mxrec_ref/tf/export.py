@@ -16,6 +16,7 @@ from tensorflow.python.eager.context import eager_mode   # no public API enters 
 
 from ..state import PADDING_KEY, TableState
 from .lookup import step_ops
+from .table import NO_RESULT
 
 # the training graph's custom gradients capture its store calls; a serving model needs no gradient
 SAVE_OPTIONS = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
@@ -72,7 +73,9 @@ def _export(session, inputs, outputs, path) -> str:
         for name, tensor in tensors.items():
             if not isinstance(tensor, tf.Tensor) or tensor.graph is not graph:
                 raise TypeError(f"export_saved_model: {where}[{name!r}]: must be a tensor of the session's graph")
-    lookups = {s.op.name: s for s in step_ops(graph)}
+    # each store lookup by the op of its first output: its own numpy_function, or the Identity a
+    # fused lookup's graph reads (TF-20)
+    lookups = {s.outputs[0].op.name: s for s in step_ops(graph)}
     output_nodes = sorted({t.op.name for t in outputs.values()})
     # the tables' one-row proxies are never initialised (TF-1): not frozen, mapped to stand-ins below
     proxies = {t.variable.op.name: t for t in {id(s.table): s.table for s in lookups.values()}.values()}
@@ -97,13 +100,15 @@ def _export(session, inputs, outputs, path) -> str:
         tf.compat.v1.import_graph_def(frozen, name="a")
         mapping = {t.name: copy.get_tensor_by_name(f"a/{t.name}") for t in inputs.values()}
         for name in used:
-            op = copy.get_operation_by_name(f"a/{name}")
-            keys = tf.cast(op.inputs[0], tf.int64)
+            lookup = lookups[name]
+            ids = lookup.op.inputs[0] if lookup.op is not None else lookup.merged    # rewired by GRAPH-1
+            keys = tf.cast(copy.get_tensor_by_name(f"a/{ids.name}"), tf.int64)
             hash_table, rows = tables[lookups[name].table.table_name]
             positions = hash_table.lookup(keys)
             replaced = (keys, tf.gather(rows, positions), tf.range(tf.size(keys, out_type=tf.int64)),
-                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64))
-            mapping.update({f"{name}:{k}": tensor for k, tensor in enumerate(replaced)})
+                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64),
+                        tf.constant(NO_RESULT, tf.int64))      # outputs of lookup.py's store_lookup, in order
+            mapping.update({output.name: tensor for output, tensor in zip(lookup.outputs, replaced)})
         mapping.update({f"{name}:0": tf.identity(variable.handle) for name, variable in stand_ins.items()})
         tf.compat.v1.import_graph_def(frozen, input_map=mapping, name="b")
 

@@ -2,11 +2,15 @@
 
 Forward: a ``tf.numpy_function`` sends the table's (merged) ids of the batch
 to the store, which counts, admits, places and returns the unique rows and
-the inverse index; each lookup gathers its own slice of the inverse.
+the inverse index; each lookup gathers its own slice of the inverse.  The
+FeatureSpec lookups of one batch share one numpy_function for all their tables
+(TF-20, ``fused_lookup.py``).
 Backward: the gradient of each lookup is summed per unique key and returned
 for the table's proxy variable as ``IndexedSlices(values, indices=keys)``;
-the sparse optimizer hands those to ``store.apply_gradients``, which merges
-duplicate keys from several lookups.
+the sparse optimizer hands those to ``store.apply_gradients``: with the
+lookup's own result when the gradient's keys are that lookup's unique keys
+(TF-18: the lookup op outputs a token for its result), else with the keys,
+which the store merges (several lookups of a table).
 """
 from __future__ import annotations
 
@@ -15,21 +19,22 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from . import fused_lookup
 from .config_initializer import ConfigInitializer, log_once
 from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_TIMESTAMP,
                         MAX_INT32)
 from .distributed import ordered
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
 from .graph_modifier import iterator_output_of, record_lookup
-from .table import SparseTable
+from .table import NO_RESULT, SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
 
 # Per graph (weakly, so a dropped graph and its tensors are freed):
 # (merged ids, is_train) -> the step op, so lookups of one table share one store call
 _STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-# unique-keys tensor -> (table, the step tensor of its training lookup): for the
-# dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET) and the step of the apply
+# unique-keys tensor -> (table, the step tensor of its training lookup, its result token): for the
+# dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET), the step of the apply and the result it reuses
 _KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -71,11 +76,19 @@ def train_step_of(table, keys):
                 seen.add(source.ref())
                 frontier.append(source)
     if not steps:
-        steps = [step for owner, step in registered.values() if owner is table]
+        steps = [entry[1] for entry in registered.values() if entry[0] is table]
     if not steps:
         raise ValueError(f"table {table.table_name!r}: grad: no training sparse_lookup of this table in this graph; "
                          f"build the lookups and apply_gradients in one graph")
     return steps[0] if len(steps) == 1 else tf.reduce_max(tf.stack(steps))
+
+
+def result_token_of(table, keys):
+    """TF-18: the result token of the training lookup of ``table`` whose unique keys ``keys`` are
+    (the very tensor: one lookup's gradient, or the recipe's id offset), or None -- then the
+    apply sends keys, e.g. the concatenated keys of several lookups, which the store merges."""
+    entry = _KEYS_TO_TABLE.get(_graph_of(keys), {}).get(keys.ref())
+    return entry[2] if entry is not None and entry[0] is table else None
 
 
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
@@ -128,7 +141,8 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         raise TypeError(f"table {table.table_name!r}: ids: must be a FeatureSpec or a tensor, got {type(ids).__name__}")
     table.note_lookup(bool(is_train))
     with tf.name_scope(f"{table.table_name}/{name or 'sparse_lookup'}"):
-        step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments)
+        fused = isinstance(ids, FeatureSpec) and fused_lookup.available()     # TF-20
+        step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments, fused)
         if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
             record_lookup(table, feature, step, bool(is_train))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
@@ -199,7 +213,9 @@ def _group_of(table, spec, batch):
 
 
 class _StepOp:
-    """One store call for a table's merged ids, and every lookup's share of it."""
+    """One store call for a table's merged ids, and every lookup's share of it.  ``op`` is the
+    table's own numpy_function, or None when the table's lookup is part of its batch's fused call
+    (TF-20); ``outputs`` are the six tensors the graph reads either way, ``merged`` the ids."""
 
     def __init__(self, op, share, unique_keys, rows, inverse, admitted, embeddings, positions, step, stamp,
                  has_timestamp, pad_to):
@@ -219,11 +235,12 @@ class MergedShare:
 
 
 def step_ops(graph) -> list:
-    """The store lookups built in ``graph`` (each with ``.op``, its numpy_function, and ``.table``)."""
+    """The store lookups built in ``graph`` (each with ``.op``, its numpy_function or None when
+    fused, ``.outputs``, ``.merged`` and ``.table``)."""
     return list(_STEP_OPS.get(graph, {}).values())
 
 
-def _step_op(table, merged, is_train, timestamp, pad_to, segments):
+def _step_op(table, merged, is_train, timestamp, pad_to, segments, fused: bool):
     cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
     cache_key = (merged.ref(), is_train)
     if cache_key in cache:
@@ -238,29 +255,36 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         if share.source is not None:          # merged by the graph modifier: read this lookup's segment
             result, offsets, step_used = share.source.current
             low, high = offsets[share.segment], offsets[share.segment + 1]
+            # one segment of several: the gradients of the segments are concatenated and sent as keys
+            alone = is_train and len(share.source.records) == 1
             return (result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted,
-                    np.int64(step_used))
+                    np.int64(step_used), np.int64(table.keep_result(result) if alone else NO_RESULT))
         result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
                                                timestamp=stamp_value if has_timestamp else None, pad_to=pad_to)
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used)
+        return (result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used),
+                np.int64(table.keep_result(result) if is_train else NO_RESULT))
 
-    unique_keys, rows, inverse, admitted, step_used = tf.numpy_function(
-        run, [merged, step, stamp], [tf.int64, tf.float32, tf.int64, tf.bool, tf.int64], stateful=True,
-        name="store_lookup")
-    ordered(unique_keys, "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
+    if fused:
+        outputs = fused_lookup.join(table, merged, step, stamp, has_timestamp, pad_to, is_train)
+    else:
+        outputs = tf.numpy_function(run, [merged, step, stamp], list(fused_lookup.OUTPUTS), stateful=True,
+                                    name="store_lookup")
+        ordered(outputs[0], "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
+    unique_keys, rows, inverse, admitted, step_used, token = outputs
     unique_keys.set_shape([pad_to])
     rows.set_shape([pad_to, table.emb_size])
     inverse.set_shape(merged.shape)
     admitted.set_shape([pad_to])
     step_used.set_shape([])
+    token.set_shape([])
     if is_train:
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
         registered = _KEYS_TO_TABLE.setdefault(_graph_of(unique_keys), {})
         if tf.executing_eagerly():        # eager tensors have no inputs to walk: keep the latest lookup only
-            for ref in [r for r, (owner, _) in registered.items() if owner is table]:
+            for ref in [r for r, entry in registered.items() if entry[0] is table]:
                 del registered[ref]
-        registered[unique_keys.ref()] = (table, step_used)
+        registered[unique_keys.ref()] = (table, step_used, token)
     # One gather for every lookup of the table, split into the lookups' shares:
     # the gradient of a split is one concat, and the custom gradient below sums
     # it per unique key in one op (instead of one small graph per lookup).
@@ -272,9 +296,10 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments):
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
     eager = tf.executing_eagerly()      # an eager lookup has run already: no op, nothing to share or cache
-    step_op = _StepOp(None if eager else unique_keys.op, share, unique_keys, rows, inverse, admitted, embeddings,
-                      positions, step, stamp, has_timestamp, pad_to)
+    step_op = _StepOp(None if eager or fused else unique_keys.op, share, unique_keys, rows, inverse, admitted,
+                      embeddings, positions, step, stamp, has_timestamp, pad_to)
     step_op.table = table               # for the serving export (tf/export.py, KERAS-10)
+    step_op.outputs, step_op.merged = list(outputs), merged
     if not eager:
         cache[cache_key] = step_op
     return step_op

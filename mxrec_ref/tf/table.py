@@ -9,6 +9,9 @@ sparse optimizer sends to the store.
 """
 from __future__ import annotations
 
+import collections
+import dataclasses
+import itertools
 import os
 import threading
 
@@ -23,6 +26,9 @@ from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
 from .distributed import rank_config, sharded
 from .lookup_limit import count_lookup, lookups_in_graph
+
+NO_RESULT = -1      # the result token of a lookup whose result is not kept (evaluation, or merged segments)
+KEPT_RESULTS = 8    # training results kept per table for their applies (TF-18); the oldest go first
 
 
 class SparseTable:
@@ -53,6 +59,11 @@ class SparseTable:
         self._store = None
         self.all2all_gradients_op = "sum_gradients"   # create_table sets it; it matters on several ranks (SHARD-5)
         self._store_lock = threading.Lock()
+        # token -> a training LookupResult awaiting its apply (TF-18); bounded, so a training lookup
+        # whose apply never runs (a step that only fetches the loss) costs nothing lasting
+        self._results: collections.OrderedDict = collections.OrderedDict()
+        self._tokens = itertools.count()
+        self._results_lock = threading.Lock()
         self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
         self.last_train_step = 0
         self.config = TableConfig(**self._config_args)   # validates now, not at first run
@@ -135,6 +146,25 @@ class SparseTable:
             self.last_train_step = step      # read by EvictHook for its step interval
         return result, step
 
+    def keep_result(self, result: LookupResult) -> int:
+        """Keep a training lookup's result for the apply of its gradient (TF-18); returns its token,
+        which the lookup op outputs and the apply op takes as an input.  Only what the apply reads is
+        kept (keys, admitted flags, row handles), not the rows or the inverse."""
+        slim = dataclasses.replace(result, rows=_NO_ROWS, inverse=_NO_INVERSE)
+        with self._results_lock:
+            token = next(self._tokens)
+            self._results[token] = slim
+            while len(self._results) > KEPT_RESULTS:
+                self._results.popitem(last=False)
+        return token
+
+    def take_result(self, token: int) -> LookupResult | None:
+        """The result kept under ``token``, removed, or None (no token, or dropped as the oldest)."""
+        if token < 0:
+            return None
+        with self._results_lock:
+            return self._results.pop(int(token), None)
+
     def continue_clock(self, lookups_run: int | None) -> None:
         """After a restore, training lookups in a graph without a global step go on
         from the checkpoint, not from 0 (TF-5), so LazyAdam's bias correction and a
@@ -159,6 +189,11 @@ class SparseTable:
 
     def __repr__(self):
         return f"SparseTable({self.table_name!r}, dim={self.emb_size}, size={self.size()})"
+
+
+_NO_ROWS = np.zeros((0, 0), np.float32)
+_NO_INVERSE = np.zeros(0, np.int64)
+_NO_ROWS.flags.writeable = _NO_INVERSE.flags.writeable = False
 
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1, host_vocabulary_size=0,

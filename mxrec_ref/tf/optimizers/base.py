@@ -4,12 +4,17 @@
 (IndexedSlices gradient, table.variable), from ``tf.gradients(loss,
 sparse_variables)``; and (gradient of a local embedding, its
 ASCEND_SPARSE_LOOKUP_ID_OFFSET tensor), the dynamic-expansion recipe.  Either
-way the store receives (keys, gradient rows) in one call per table.
+way each table's store receives its gradient rows with the lookup's own result
+when the gradient's keys are one lookup's unique keys (TF-18), else with the
+keys; all tables of one ``apply_gradients`` call are applied by one op (TF-19),
+in table-name order.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
@@ -18,8 +23,9 @@ from ...errors import MxrecError
 from ...optimizers import SparseOptimizer
 from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
-from ..distributed import ordered
-from ..lookup import table_of_keys, train_step_of
+from ..distributed import each_table, ordered
+from ..lookup import result_token_of, table_of_keys, train_step_of
+from ..table import NO_RESULT, SparseTable
 
 _names = itertools.count()
 
@@ -64,7 +70,8 @@ class HashOptimizer:
             else:
                 raise TypeError(f"optimizer {self._name!r}: var: {getattr(var, 'name', var)!r} is not a sparse "
                                 f"table variable or lookup id offset; train dense variables with a TF optimizer")
-            updates.append(_apply_op(table, keys, values, train_step_of(table, keys)))
+            updates.append(_TableApply(table, keys, values, train_step_of(table, keys), result_token_of(table, keys)))
+        updates = [_apply_op(updates)] if updates else []
         with tf.control_dependencies(updates):
             if global_step is not None:
                 return tf.compat.v1.assign_add(global_step, 1, name=name)
@@ -80,18 +87,54 @@ def note_ignored_options(optimizer: str, **options) -> None:
                      f"store applies each table's update in one locked call, with no fused NPU kernel")
 
 
-def _apply_op(table, keys, values, step):
-    """The store's apply for (keys, gradient rows); ``step`` is the step tensor
-    of the lookups the gradient comes from (``lookup.train_step_of``), a graph
-    input, so lookup and apply of one step agree by data flow."""
-    def apply(keys_value, values_value, step_value):
-        try:
-            return np.int64(table.store.apply_gradients(keys_value, values_value, step=int(step_value)))
-        except MxrecError as error:
-            fatal.note(error)
-            raise
+@dataclass
+class _TableApply:
+    """One (gradient, table) pair of an apply_gradients call, as graph tensors."""
+    table: SparseTable
+    keys: object            # the gradient's keys: int64 [u]
+    values: object          # its rows: float32 [u, dim]
+    step: object            # the step of the lookups it comes from (``lookup.train_step_of``)
+    token: object | None    # the lookup's result token when ``keys`` are one lookup's unique keys (TF-18)
 
-    applied = tf.numpy_function(apply, [tf.cast(keys, tf.int64), tf.cast(values, tf.float32), step], tf.int64,
-                                stateful=True, name=f"{table.table_name}_sparse_apply")
+
+def _apply_op(applies: list[_TableApply]):
+    """One store call (one numpy_function) for every table's update of the step (TF-19): side by
+    side on one rank, in table-name order on several, so a sharded store's collectives run in one
+    order on every rank (SHARD-12); pairs of one table keep the caller's order.  Each ``step`` is a
+    graph input from the lookups the gradient comes from, so lookup and apply of one step agree by
+    data flow.  Returns the rows each pair updated, int64 [pairs]."""
+    applies = sorted(applies, key=lambda a: a.table.table_name)
+    inputs = []
+    for entry in applies:
+        token = entry.token if entry.token is not None else tf.constant(NO_RESULT, tf.int64)
+        inputs += [tf.cast(entry.keys, tf.int64), tf.cast(entry.values, tf.float32), entry.step, token]
+
+    # one task per table, its pairs in order: two applies to one table never run side by side
+    tables = [list(group) for _, group in itertools.groupby(range(len(applies)),
+                                                             key=lambda i: applies[i].table.table_name)]
+
+    def apply_pairs(pairs, values) -> list[int]:
+        return [_apply_table(applies[i].table, *values[4 * i:4 * i + 4]) for i in pairs]
+
+    def apply(*values):
+        applied = each_table([functools.partial(apply_pairs, pairs, values) for pairs in tables])
+        return np.array([count for counts in applied for count in counts], dtype=np.int64)
+
+    applied = tf.numpy_function(apply, inputs, tf.int64, stateful=True, name="sparse_apply")
+    applied.set_shape([len(applies)])
     ordered(applied, "train")      # SHARD-12: the owners' exchange runs in one order on every rank
     return applied
+
+
+def _apply_table(table: SparseTable, keys, values, step, token) -> int:
+    """One table's store apply: with the lookup's result when its token still names one whose unique
+    keys these are (TF-18: no second dedup, the lookup's row handles), else with the keys; both give
+    the same state bit for bit (OPT-9)."""
+    result = table.take_result(int(token))
+    if result is not None and not np.array_equal(result.unique_keys, keys):
+        result = None
+    try:
+        return table.store.apply_gradients(keys if result is None else result, values, step=int(step))
+    except MxrecError as error:
+        fatal.note(error)
+        raise
