@@ -15,8 +15,8 @@ import tensorflow as tf
 
 from ..optimizers import SparseOptimizer
 from .config_initializer import ConfigInitializer
-from .lookup import sparse_lookup, train_step_of
-from .optimizers.base import HashOptimizer, _apply_op
+from .lookup import sparse_lookup
+from .optimizers.base import HashOptimizer, _apply_op, table_apply
 from .table import create_table
 
 _GATHERS = ("ResourceGather",)
@@ -87,7 +87,7 @@ def _replace_update(graph, table, update) -> None:
     names = [arg.name for arg in update.op_def.input_arg]
     values = update.inputs[names.index("grad") if "grad" in names else names.index("updates")]
     indices = update.inputs[names.index("indices")]
-    apply = _apply_op(table, indices, values, train_step_of(table, indices)).op
+    apply = _apply_op([table_apply(table, indices, values)]).op
     for op in graph.get_operations():
         if update in op.control_inputs:
             kept = [c for c in op.control_inputs if c is not update]

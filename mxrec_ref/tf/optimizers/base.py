@@ -70,7 +70,7 @@ class HashOptimizer:
             else:
                 raise TypeError(f"optimizer {self._name!r}: var: {getattr(var, 'name', var)!r} is not a sparse "
                                 f"table variable or lookup id offset; train dense variables with a TF optimizer")
-            updates.append(_TableApply(table, keys, values, train_step_of(table, keys), result_token_of(table, keys)))
+            updates.append(table_apply(table, keys, values))
         updates = [_apply_op(updates)] if updates else []
         with tf.control_dependencies(updates):
             if global_step is not None:
@@ -95,6 +95,11 @@ class _TableApply:
     values: object          # its rows: float32 [u, dim]
     step: object            # the step of the lookups it comes from (``lookup.train_step_of``)
     token: object | None    # the lookup's result token when ``keys`` are one lookup's unique keys (TF-18)
+
+
+def table_apply(table: SparseTable, keys, values) -> _TableApply:
+    """One pair of an apply, with the step and the result token its keys lead to (TF-18)."""
+    return _TableApply(table, keys, values, train_step_of(table, keys), result_token_of(table, keys))
 
 
 def _apply_op(applies: list[_TableApply]):
