@@ -162,7 +162,16 @@ def test_tier_step_by_table_size(benchmark, mode, n, tmp_path_factory):
     store, batches, filled = step_store(mode, n, tmp_path_factory.mktemp(f"step-{mode}-{n}"))
     state = {"step": filled}
     run_steps(store, batches, state)                # warm: the tiers reach their steady state
-    benchmark.extra_info.update(tier_step=mode, keys=n, steps=STEPS_PER_ROUND)
+    # tracked ratios (bench/baseline.json): the mode's step over HBM's at this size, and (at the largest
+    # size) the mode's step over its step at the smallest size, the flatness that issue 16 asks for
+    label = {"hbm": "HBM", "ddr": "DDR", "ssd": "SSD cold", "ssd-hot": "SSD hot"}[mode]
+    also = []
+    if n in (STEP_SIZES[0], STEP_SIZES[-1]):
+        also.append([f"tier step flatness, {label}: largest / smallest table",
+                     "candidate" if n == STEP_SIZES[0] else f"{STEP_SIZES[-1]:,} keys"])
+    benchmark.extra_info.update(tier_step=mode, keys=n, steps=STEPS_PER_ROUND, better="lower",
+                                ratio_group=f"tier step, {n:,} keys: mode / HBM",
+                                role="candidate" if mode == "hbm" else label, also=also)
     benchmark.pedantic(run_steps, args=(store, batches, state), rounds=5)
     if mode == "ssd" and n > 4 * STEP_DEVICE_ROWS:      # smaller tables fit on the device
         assert store.stats()["disk_rows"] > 0 and store.stats()["disk_to_host_rows"] > 0

@@ -42,16 +42,19 @@ def ratios(report: dict) -> list[dict]:
 
     Every benchmark tagged with ``extra_info["ratio_group"]`` is divided by the ``candidate`` of
     its group (min time over min time: the minimum is the least disturbed by other load on a
-    shared machine).  A ratio above 1 means the candidate (the fast store) is that many times faster."""
+    shared machine).  A ratio above 1 means the candidate (the fast store) is that many times faster.
+    ``extra_info["also"]``, a list of ``[group, role]``, puts the same timing in further groups (a tier
+    step is in its size's mode / HBM group and in its mode's largest / smallest size group)."""
     groups = defaultdict(dict)
     better = {}      # a group whose ratio is a cost (e.g. tiers vs HBM) says better="lower"
     extra = {}
     for bench in report["benchmarks"]:
         info = bench.get("extra_info", {})
         if "ratio_group" in info:
-            groups[info["ratio_group"]][info["role"]] = bench["stats"]["min"]
-            better[info["ratio_group"]] = info.get("better", better.get(info["ratio_group"], "higher"))
-            extra.update({k: v for k, v in info.items() if k not in ("ratio_group", "role", "better")})
+            for group, role in [(info["ratio_group"], info["role"]), *info.get("also", [])]:
+                groups[group][role] = bench["stats"]["min"]
+                better[group] = info.get("better", better.get(group, "higher"))
+            extra.update({k: v for k, v in info.items() if k not in ("ratio_group", "role", "better", "also")})
     rows = []
     for group, members in groups.items():
         candidate = members.get("candidate")

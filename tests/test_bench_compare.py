@@ -195,11 +195,16 @@ EVERY_RATIO = {
     "all-to-alls of a step / sharded step, 2 virtual ranks | alltoall",
     *(f"hot replicas, {kind}, Zipf 1.05, 2 virtual ranks: off / on | off"
       for kind in ("training step", "evaluation lookup")),
+    # issue 16: a tier step by table size (quick profile: 10k and 100k keys; test_tier_step_by_table_size)
+    *(f"tier step, {size} keys: mode / HBM | {mode}" for size in ("10,000", "100,000")
+      for mode in ("DDR", "SSD cold", "SSD hot")),
+    *(f"tier step flatness, {mode}: largest / smallest table | 100,000 keys"
+      for mode in ("HBM", "DDR", "SSD cold", "SSD hot")),
 }
 
 
 def test_committed_baseline_has_every_ratio():
-    assert len(EVERY_RATIO) == 31
+    assert len(EVERY_RATIO) == 41
     assert set(json.loads(benchmarks.BASELINE.read_text())["ratios"]) == EVERY_RATIO
 
 
@@ -210,6 +215,18 @@ def test_compare_against_the_committed_baseline_checks_every_ratio(capsys, tmp_p
     assert cli.main(["bench", "--from-json", str(run), "--compare"]) == 0
     out = capsys.readouterr().out
     assert f"{len(EVERY_RATIO)} of {len(EVERY_RATIO)} ratios within 30% of the baseline; 0 problems" in out
+
+
+def test_one_timing_counts_in_every_group_its_also_names():
+    """A tier step is in its size's mode / HBM group and in its mode's flatness group."""
+    report = {"benchmarks": [
+        {"stats": {"min": 0.002}, "extra_info": {"ratio_group": "step 10k", "role": "candidate", "better": "lower"}},
+        {"stats": {"min": 0.003}, "extra_info": {"ratio_group": "step 10k", "role": "DDR", "better": "lower",
+                                                 "also": [["flatness DDR", "candidate"]]}},
+        {"stats": {"min": 0.009}, "extra_info": {"ratio_group": "step 100k", "role": "DDR", "better": "lower",
+                                                 "also": [["flatness DDR", "100k"]]}}]}
+    rows = {(row["group"], row["versus"]): row["ratio"] for row in benchmarks.ratios(report)}
+    assert rows == pytest.approx({("step 10k", "DDR"): 1.5, ("flatness DDR", "100k"): 3.0})
 
 
 def test_ratio_reduction_lives_in_the_package_and_bench_ratios_prints_it(capsys, tmp_path):
