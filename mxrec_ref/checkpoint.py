@@ -388,11 +388,10 @@ def _read_at(fd: int, name: str) -> tuple[np.ndarray, int]:
         os.close(file)
 
 
-def _decode(files: dict[str, np.ndarray], folder: Path, config: TableConfig, optimizer: SparseOptimizer,
-            slots_required: bool):
-    """(meta, state, removed or None) from a version's verified files, fully validated (CKPT-5)."""
+def _check_meta(meta: dict, config: TableConfig, optimizer: SparseOptimizer, slots_required: bool) -> bool:
+    """CKPT-5: the checkpoint's dim is the table's, and its optimizer's slots are the store's where
+    they are required.  Returns whether the slots are the store's (else only rows are taken)."""
     table = config.name
-    meta = _read_meta(files, folder, table)
     if meta["dim"] != config.dim:
         raise CheckpointError(f"table {table!r}: dim: the checkpoint has dim {meta['dim']}, "
                               f"the table has dim {config.dim}")
@@ -401,6 +400,15 @@ def _decode(files: dict[str, np.ndarray], folder: Path, config: TableConfig, opt
     if not same_slots and slots_required:
         raise CheckpointError(f"table {table!r}: optimizer: the checkpoint was trained with {saved_kind!r}, "
                               f"the store uses {optimizer.kind!r}; their slots differ")
+    return same_slots
+
+
+def _decode(files: dict[str, np.ndarray], folder: Path, config: TableConfig, optimizer: SparseOptimizer,
+            slots_required: bool):
+    """(meta, state, removed or None) from a version's verified files, fully validated (CKPT-5)."""
+    table = config.name
+    meta = _read_meta(files, folder, table)
+    same_slots = _check_meta(meta, config, optimizer, slots_required)
     n, m, dim = meta["n_keys"], meta["n_pending"], config.dim
 
     def read_slice(name, dtype, attribute):

@@ -246,13 +246,9 @@ def _keys(column: np.ndarray) -> np.ndarray:
     return column if column.ndim == 1 else column[:, 0]
 
 
-class _Writer:
-    """A new data file written in pieces, CRC-32 of each piece taken as it is written (CKPT-12)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-        self.size, self.crc = 0, 0
+class _OpenFile:
+    """A file descriptor ``fd`` closed on leaving a ``with`` block unless already closed."""
+    fd: int | None
 
     def __enter__(self):
         return self
@@ -261,6 +257,15 @@ class _Writer:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+class _Writer(_OpenFile):
+    """A new data file written in pieces, CRC-32 of each piece taken as it is written (CKPT-12)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        self.size, self.crc = 0, 0
 
     def write(self, rows: np.ndarray) -> None:
         view = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
@@ -276,7 +281,7 @@ class _Writer:
         return self.size, self.crc
 
 
-class _Reader:
+class _Reader(_OpenFile):
     """A data file read front to back in pieces, each checksummed as it arrives; ``finish`` checks
     the whole file's size and CRC-32 against the manifest (CKPT-8, CKPT-12)."""
 
@@ -292,14 +297,6 @@ class _Reader:
             ckpt._corrupt(table, folder / name, "file is missing")
         return cls(os.open(folder / name, os.O_RDONLY | os.O_CLOEXEC), folder / name, manifest[name], dtype,
                    shape, table)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
 
     def read(self, rows: int) -> np.ndarray:
         want = rows * self.row_bytes
@@ -462,14 +459,7 @@ def _stream_owned(fd: int, folder: Path, config, optimizer, slots_required: bool
     table = config.name
     manifest, identity = _read_manifest(fd, folder, table)
     meta = ckpt._read_meta({"meta.json": _small_file(fd, folder, "meta.json", manifest, table)}, folder, table)
-    if meta["dim"] != config.dim:
-        raise CheckpointError(f"table {table!r}: dim: the checkpoint has dim {meta['dim']}, "
-                              f"the table has dim {config.dim}")
-    saved_kind = meta["optimizer"].get("kind")
-    same_slots = saved_kind == optimizer.kind
-    if not same_slots and slots_required:
-        raise CheckpointError(f"table {table!r}: optimizer: the checkpoint was trained with {saved_kind!r}, "
-                              f"the store uses {optimizer.kind!r}; their slots differ")
+    same_slots = ckpt._check_meta(meta, config, optimizer, slots_required)
     n, m, dim = meta["n_keys"], meta["n_pending"], config.dim
     is_delta = meta.get("kind", "full") != "full"
     if is_delta:

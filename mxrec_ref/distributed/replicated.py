@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import checkpoint
 from ..errors import MxrecError, UsageError
-from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
+from ..state import PADDING_KEY, STAT_NAMES, TableState
 from .comm import Communicator, gather_rows
 from .sharded import ShardedStore, dedup
 
@@ -69,13 +69,7 @@ class ReplicatedStore(ShardedStore):
         table["key_positions"] += n_positions
         table["padding_positions"] += sum(h["padding"] for h in headers)
         table["default_positions"] += n_positions - (int(every[admitted_every, 2].sum()) if len(every) else 0)
-        n_unique = len(unique)
-        if pad_to is not None and pad_to > n_unique:
-            extra = pad_to - n_unique
-            unique = np.concatenate([unique, np.full(extra, PADDING_KEY, dtype=np.int64)])
-            rows = np.concatenate([rows, np.tile(self.config.default_row(), (extra, 1))])
-            admitted = np.concatenate([admitted, np.zeros(extra, dtype=bool)])
-        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train, n_unique, id(self))
+        return self._result(unique, rows, inverse.reshape(shape), admitted, train, pad_to)
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step):

@@ -200,13 +200,18 @@ class ShardedStore(Store):
         self._share_stats(None, "lookup")
         if hot_replica is not None and train:
             hot_replica.after_train_lookup(self.rank_size)
+        return self._result(unique, rows, inverse.reshape(shape), admitted, train, pad_to)
+
+    def _result(self, unique, rows, inverse, admitted, train: bool, pad_to) -> LookupResult:
+        """The lookup's result, its unique keys padded to ``pad_to`` with PADDING_KEY and default rows
+        (LKP-4)."""
         n_unique = len(unique)
         if pad_to is not None and pad_to > n_unique:
             extra = pad_to - n_unique
             unique = np.concatenate([unique, np.full(extra, PADDING_KEY, dtype=np.int64)])
             rows = np.concatenate([rows, np.tile(self.config.default_row(), (extra, 1))])
             admitted = np.concatenate([admitted, np.zeros(extra, dtype=bool)])
-        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train, n_unique, id(self))
+        return LookupResult(self.name, unique, rows, inverse, admitted, train, n_unique, id(self))
 
     def _check_headers(self, headers: list[dict], train: bool, pad_to) -> tuple[int | None, int | None]:
         """Every rank runs the same call (SHARD-8) and fits send_count (SHARD-4); the batch
