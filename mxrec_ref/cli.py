@@ -16,6 +16,7 @@ from . import errors as _errors
 from . import train as train_module
 from .backends import available_backends, unknown_backend_reason
 from .compat import alias
+from .plan import command as plan_command
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Every option's help line ends with its default, except on-off flags (off unless given)
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run", "run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
     run.add_argument("script", help="the Python script")
     run.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    plan_command.add_arguments(command("plan", "size tables by replaying a data sample through the stores: device and "
+                                               "host sizes, send_count, tier traffic (spec/plan.md)"))
     rule_index.add_arguments(command("rules", "a spec rule's text, the tests that name it and the code that cites "
                                               "it (from a source checkout); without a rule, every rule id"))
     return parser
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     level = logger.level
     handler = _log_to_stderr(verbose)
     try:
-        if args.command in USES_TENSORFLOW:
+        if args.command in USES_TENSORFLOW or getattr(args, "script", None) and args.command == "plan":
             import_tensorflow_quietly(verbose)
         return _dispatch(args)
     except KeyboardInterrupt:
@@ -119,6 +122,8 @@ def _dispatch(args) -> int:
         return run.main(args)
     if args.command == "bench":
         return benchmarks.main(args)
+    if args.command == "plan":
+        return plan_command.main(args)
     if args.command == "train":
         train_module.run(train_module.config_from_args(args))
     elif args.command == "demo":
