@@ -1,0 +1,179 @@
+"""The sizing planner `mxrec-ref plan` (spec/plan.md, PLAN-1..PLAN-9), and the plan checked against
+training through the TF layer (issue 20 item 2)."""
+import json
+
+import numpy as np
+import pytest
+
+from mxrec_ref import cli
+from mxrec_ref.backends import open_store
+from mxrec_ref.config import TableConfig
+from mxrec_ref.plan import recommend, replay, sources, tables
+
+BATCH = 32
+STEPS = 16
+
+
+def click_columns(rows=BATCH * STEPS, seed=3):
+    """Zipf users (one id a row) and items (two a row), one timestamp per row (the --source generator)."""
+    rng = np.random.default_rng(seed)
+    return {"user": rng.zipf(1.3, size=rows) % 300, "item": rng.zipf(1.2, size=(rows, 2)) % 900 + 1000,
+            "timestamp": 1000 + np.arange(rows, dtype=np.int64) * 10}
+
+
+def sample():
+    return sources.from_generator("test_plan:click_columns")
+
+
+def planned(access_threshold=2, eviction_threshold=600, optimizer="adagrad"):
+    opt = tables.optimizer_named(optimizer)
+    return [tables.PlannedTable(TableConfig(name=name, dim=4, access_threshold=access_threshold,
+                                            eviction_threshold=eviction_threshold), (name,), opt)
+            for name in ("user", "item")]
+
+
+def plan_all(storage, *, ranks=1, backend="fast", margin=0.1, curves=False, eviction_threshold=600):
+    s = sample()
+    sched = replay.schedule(s, batch_size=BATCH, ranks=ranks)
+    return s, sched, [recommend.plan_table(s, t, sched, storage=storage, margin=margin, backend=backend,
+                                           curves=curves) for t in planned(eviction_threshold=eviction_threshold)]
+
+
+def test_plan_1_replay_is_one_store_per_owner_rank_fed_as_training_feeds_it():
+    """PLAN-1: steps cut as N x B rows, each owner's store gets the keys it owns; on one rank the replay
+    is exactly a store looked up with each step's keys and evicted after it."""
+    s = sample()
+    table = planned()[1]
+    config = tables.in_storage(table.config, "hbm", device=5000)
+    two = replay.schedule(s, batch_size=BATCH, ranks=2)
+    assert two.steps == STEPS // 2
+    trace = replay.replay_stores(s, table, config, two, backend="ref")
+    shares = replay.owner_shares(replay.batch_keys(s, ("item",), two, 0), 2)
+    assert all((share % 2 == owner).all() for owner, share in enumerate(shares))
+    assert (trace.owner_peak.sum(axis=1) >= trace.size).all()
+    one = replay.schedule(s, batch_size=BATCH)
+    trace = replay.replay_stores(s, table, config, one, backend="ref")
+    store = open_store(config, table.optimizer, backend="ref")
+    for step in range(one.steps):
+        rows = slice(step * BATCH, (step + 1) * BATCH)
+        store.lookup(s.columns["item"][rows], train=True, step=step, timestamp=int(s.timestamps[rows].max()))
+        store.evict()
+        assert trace.size[step] == store.size()
+    assert trace.totals["admitted"] == store.stats()["admitted"]
+
+
+def test_plan_2_minimums_are_the_largest_distinct_keys_and_one_below_fails_at_the_reported_step():
+    """PLAN-2: send_count's and the device tier's minimum from the batches' distinct keys, per rank and owner."""
+    s, sched, plans = plan_all("ddr", ranks=2)
+    item = plans[1]
+    batches = [[np.unique(s.columns["item"][sched.rows(t, r)]) for r in range(2)] for t in range(sched.steps)]
+    per_rank = np.array([[len(b) for b in step] for step in batches])
+    per_owner = np.array([[len(np.unique(np.concatenate(step))[np.unique(np.concatenate(step)) % 2 == o])
+                           for o in range(2)] for step in batches])
+    assert item.sizes.min_send_count == per_rank.max()
+    assert item.sizes.min_device == per_owner.max()
+    assert item.sizes.device_fails_at == int(np.flatnonzero(per_owner.max(axis=1) == per_owner.max())[0])
+    assert item.sizes.send_count_fails_at == int(np.flatnonzero(per_rank.max(axis=1) == per_rank.max())[0])
+    hbm = plan_all("hbm")[2][1]
+    assert hbm.sizes.min_device == hbm.trace.owner_peak.max()   # EXP-2: an HBM table holds every row
+
+
+def test_plan_3_margin_is_exact_and_checked(capsys):
+    """PLAN-3: ceil(minimum x (1 + margin)) on the decimal margin; a bad margin names --margin."""
+    assert recommend.with_margin(100, 0.1) == 110 and recommend.with_margin(101, 0.1) == 112
+    assert recommend.with_margin(7, 0) == 7 and recommend.with_margin(0, 0.5) == 1
+    assert cli.main(["plan", "--margin", "-0.5", "--rows", "2048"]) == 2
+    assert "--margin" in capsys.readouterr().err
+
+
+def test_plan_4_host_and_disk_sizes_and_the_spill_step():
+    """PLAN-4: DDR host = its peak with the margin; SSD keeps the host budget and reports the first spill."""
+    _, _, ddr = plan_all("ddr")
+    for plan in ddr:
+        assert plan.sizes.host == recommend.with_margin(int(plan.trace.placement["host_rows"].max()), 0.1)
+        assert plan.sizes.spill_step is None and plan.trace.totals["disk_rows"] == 0
+    _, _, ssd = plan_all("ssd", eviction_threshold=None)
+    item = ssd[1]
+    assert item.sizes.host == item.sizes.device      # no host size configured: the device size
+    spills = np.flatnonzero(item.trace.traffic["host_to_disk_rows"])
+    assert len(spills) and item.sizes.spill_step == spills[0]
+    assert item.sizes.ssd == recommend.with_margin(int(item.trace.placement["disk_rows"].max()), 0.1)
+
+
+def test_plan_6_curves_over_alternative_thresholds():
+    """PLAN-6: admission off holds every key seen; a higher access threshold never holds more; a longer
+    eviction threshold never holds fewer."""
+    s, _, plans = plan_all("ddr", curves=True)
+    item = plans[1]
+    by = {(c.access_threshold, c.eviction_threshold): c.size for c in item.curves}
+    assert {(None, 600), (2, 600), (4, 600), (8, 600), (2, 300), (2, 1200)} <= set(by)
+    assert (by[(2, 600)] == item.trace.size).all()          # the configured one is the replay's own
+    assert (by[(None, 600)] >= by[(2, 600)]).all() and (by[(2, 600)] >= by[(4, 600)]).all()
+    assert (by[(2, 300)] <= by[(2, 600)]).all() and (by[(2, 600)] <= by[(2, 1200)]).all()
+
+
+def test_plan_7_deterministic_and_the_same_for_both_backends(tmp_path, capsys):
+    """PLAN-7: the JSON document is the same on every run and for --backend ref and fast."""
+    documents = []
+    for backend in ("fast", "ref", "fast"):
+        assert cli.main(["plan", "--source", "test_plan:click_columns", "--batch", "32", "--storage", "ssd",
+                         "--access-threshold", "2", "--eviction-threshold", "500", "--json",
+                         "--backend", backend]) == 0
+        documents.append(capsys.readouterr().out)
+    assert documents[0] == documents[1] == documents[2]
+    assert json.loads(documents[0])["tables"]["features"]["columns"] == ["user", "item"]
+
+
+def test_plan_8_sources_and_tables(tmp_path, capsys):
+    """PLAN-8: CSV, TFRecord, config and script tables; a missing column names the table and the column."""
+    tf = pytest.importorskip("tensorflow")
+    data = click_columns(64)
+    csv = tmp_path / "ids.csv"
+    csv.write_text("user,item,label,timestamp\n" + "".join(
+        f"{u},{i},1,{t}\n" for u, i, t in zip(data["user"], data["item"][:, 0], data["timestamp"])))
+    read = sources.open_sample(str(csv), None)
+    assert sorted(read.columns) == ["item", "user"] and (read.columns["user"] == data["user"]).all()
+    assert (read.timestamps == data["timestamp"]).all()
+    record = tmp_path / "ids.tfrecord"
+    with tf.io.TFRecordWriter(str(record)) as writer:
+        for u, items in zip(data["user"], data["item"]):
+            features = {"user": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(u)])),
+                        "item": tf.train.Feature(int64_list=tf.train.Int64List(value=[int(x) for x in items]))}
+            writer.write(tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString())
+    read = sources.open_sample(str(record), None)
+    assert (read.columns["item"] == data["item"]).all() and read.timestamps is None
+    config = tmp_path / "tables.json"
+    config.write_text(json.dumps({"tables": [{"name": "t", "dim": 4, "columns": ["item"],
+                                              "access_threshold": 2}]}))
+    assert cli.main(["plan", "--data", str(csv), "--config", str(config), "--batch", "16", "--no-curves"]) == 0
+    assert "table 't'" in capsys.readouterr().out
+    assert cli.main(["plan", "--data", str(csv), "--config", str(config), "--column", "t=movie"]) == 2
+    assert "table 't': column" in capsys.readouterr().err
+    script = tables.from_script("examples/mxrec_two_tables.py")
+    assert [(t.name, t.columns, t.config.access_threshold, t.config.eviction_threshold) for t in script] == \
+        [("user", ("user",), 2, 4000), ("item", ("item",), 2, 4000)]
+    assert script[0].optimizer.kind == "LazyAdam"
+
+
+def test_plan_8_missing_column_is_named():
+    """PLAN-8: a column the sample lacks raises UsageError naming the table and the column."""
+    from mxrec_ref.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"table 'user': column: .*'uid'"):
+        tables.with_columns(planned(), {"user": ["uid"]}, sample().columns)
+
+
+def test_plan_9_outputs_table_json_and_plots(tmp_path, capsys):
+    """PLAN-9: the terminal table with the snippet, plan.json and three PNGs per table under --out."""
+    out = tmp_path / "out"
+    assert cli.main(["plan", "--rows", "4096", "--batch", "256", "--access-threshold", "2", "--no-curves",
+                     "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "device_vocabulary_size" in printed and "create_table(tf.int64, 8, 'features'" in printed
+    document = json.loads((out / "plan.json").read_text())
+    table = document["tables"]["features"]
+    assert table["device_vocabulary_size"]["recommended"] == \
+        recommend.with_margin(table["device_vocabulary_size"]["minimum"], 0.1)
+    assert sorted(p.name for p in out.glob("*.png")) == ["features_batch_keys.png", "features_size.png",
+                                                         "features_traffic.png"]
+    assert all((out / name).read_bytes()[:4] == b"\x89PNG" for name in ("features_size.png",))
