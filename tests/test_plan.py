@@ -18,17 +18,18 @@ def click_columns(rows=BATCH * STEPS, seed=3):
     """Zipf users (one id a row) and items (two a row), one timestamp per row (the --source generator)."""
     rng = np.random.default_rng(seed)
     return {"user": rng.zipf(1.3, size=rows) % 300, "item": rng.zipf(1.2, size=(rows, 2)) % 900 + 1000,
-            "timestamp": 1000 + np.arange(rows, dtype=np.int64) * 10}
+            "timestamp": 1000 + np.arange(rows, dtype=np.int64) * 10, "label": (np.arange(rows) % 3 == 0) * 1.0}
 
 
 def sample():
     return sources.from_generator("test_plan:click_columns")
 
 
-def planned(access_threshold=2, eviction_threshold=600, optimizer="adagrad"):
+def planned(access_threshold=2, eviction_threshold=600, optimizer="adagrad", host=0):
     opt = tables.optimizer_named(optimizer)
     return [tables.PlannedTable(TableConfig(name=name, dim=4, access_threshold=access_threshold,
-                                            eviction_threshold=eviction_threshold), (name,), opt)
+                                            eviction_threshold=eviction_threshold, host_vocabulary_size=host),
+                                (name,), opt)
             for name in ("user", "item")]
 
 
@@ -177,3 +178,97 @@ def test_plan_9_outputs_table_json_and_plots(tmp_path, capsys):
     assert sorted(p.name for p in out.glob("*.png")) == ["features_batch_keys.png", "features_size.png",
                                                          "features_traffic.png"]
     assert all((out / name).read_bytes()[:4] == b"\x89PNG" for name in ("features_size.png",))
+
+
+# ------------------------------------------------ the plan against training (issue 20 item 2)
+COMPARED = ("size", "device_rows", "host_rows", "disk_rows", *replay.TRAFFIC, "admitted", "evicted",
+            "key_positions", "hot_hit_positions")
+EVICTION = 3000       # timestamps advance 320 a step: keys leave after about ten steps
+
+
+def tf_train(tmp_path, plans, *, device=None, send_count=None):
+    """Train on the sample through the TF layer as an mxRec user writes it (create_table with the plan's
+    sizes, FeatureSpecs, the insert function, a hash optimizer, EvictHook every step); ``device`` /
+    ``send_count``: {table: value} overrides.  Returns (steps that ran, the error or None, the tables)."""
+    import tensorflow as tf
+
+    import mxrec_ref.tf as mx
+    import tf_model
+    from mxrec_ref.tf.optimizers import adagrad
+
+    tf_model.fresh_graph()
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="fast", use_dynamic=send_count is None)
+        initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1)
+        tables, specs = {}, []
+        for plan in plans:
+            c = plan.config
+            name = c.name
+            sizes = dict(device_vocabulary_size=(device or {}).get(name, c.device_vocabulary_size),
+                         host_vocabulary_size=c.host_vocabulary_size)
+            if c.ssd_vocabulary_size:
+                sizes.update(ssd_vocabulary_size=c.ssd_vocabulary_size, ssd_data_path=[str(tmp_path / name)])
+            tables[name] = mx.create_table(tf.int64, 4, name, initializer, **sizes)
+            specs.append(mx.FeatureSpec(name, table_name=name, access_threshold=c.access_threshold,
+                                        eviction_threshold=c.eviction_threshold))
+        stamp = mx.FeatureSpec("timestamp", is_timestamp=True)
+        ds = tf.data.Dataset.from_tensor_slices(click_columns()).batch(BATCH, drop_remainder=True)
+        ds = ds.map(lambda b: {**b, "timestamp": tf.reduce_max(b["timestamp"])})
+        batch = tf.compat.v1.data.make_one_shot_iterator(ds.map(mx.get_asc_insert_func(specs + [stamp]))).get_next()
+        plan_of = {plan.config.name: plan for plan in plans}
+        embs = [mx.sparse_lookup(tables[s.table_name], s, batch=batch, send_count=(send_count or {}).get(
+                    s.table_name, plan_of[s.table_name].config.send_count)) for s in specs]
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        loss, train, _, _ = tf_model.head(embs, tf.cast(batch["label"], tf.float32),
+                                          adagrad.create_hash_optimizer(learning_rate=0.1), global_step)
+        hook = mx.EvictHook(evict_enable=True, evict_step_interval=1)
+        steps, error = 0, None
+        with tf.compat.v1.Session(graph=graph) as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            hook.begin()
+            try:
+                for _ in range(STEPS):
+                    session.run(train)
+                    hook.after_run(None, None)
+                    steps += 1
+            except tf.errors.OpError as caught:
+                error = caught
+        return steps, error, tables
+
+
+def reality_plans(storage):
+    s = sample()
+    sched = replay.schedule(s, batch_size=BATCH)
+    return [recommend.plan_table(s, t, sched, storage=storage, margin=0.1, curves=False)
+            for t in planned(eviction_threshold=EVICTION, host=8 if storage == "ssd" else 0)]
+
+
+@pytest.mark.parametrize("storage", ["ddr", "ssd"])
+def test_plan_5_training_with_the_recommended_sizes_moves_exactly_the_predicted_rows(storage, tmp_path, monkeypatch):
+    """PLAN-5: the recommended sizes train without a capacity error, and every table's tier traffic,
+    placement, size and hot hits after training equal the plan's (tolerance 0)."""
+    monkeypatch.setenv("HOT_EMB_UPDATE_STEP", "4")       # read by the replay's and the training's stores alike
+    plans = reality_plans(storage)
+    steps, error, trained = tf_train(tmp_path, plans)
+    assert error is None and steps == STEPS
+    for plan in plans:
+        observed = trained[plan.config.name].store.stats()
+        assert {k: observed[k] for k in COMPARED} == {k: plan.trace.totals[k] for k in COMPARED}
+        assert plan.trace.totals["device_to_host_rows"] > 0 and plan.trace.totals["hot_hit_positions"] > 0
+    if storage == "ssd":          # the configured host budget is kept (PLAN-4), and rows went to disk and back
+        assert all(plan.sizes.host == 8 and plan.trace.totals["disk_to_host_rows"] > 0 for plan in plans)
+
+
+def test_plan_5_one_below_the_minimum_fails_at_the_predicted_step(tmp_path):
+    """PLAN-5: device_vocabulary_size one below the minimum raises CapacityError at the step the plan
+    named; send_count one below its minimum raises the send_count error at its predicted step."""
+    plans = reality_plans("ddr")
+    item = plans[0] if plans[0].config.name == "item" else plans[1]
+    assert item.config.name == "item"
+    steps, error, _ = tf_train(tmp_path, plans, device={"item": item.sizes.min_device - 1})
+    assert steps == item.sizes.device_fails_at and error is not None
+    assert "CapacityError" in error.message and "device_vocabulary_size" in error.message
+    steps, error, _ = tf_train(tmp_path, plans, send_count={"item": item.sizes.min_send_count - 1})
+    assert steps == item.sizes.send_count_fails_at and error is not None
+    assert "send_count" in error.message and "'item'" in error.message
