@@ -57,6 +57,7 @@ class Curve:
     access_threshold: int | None
     eviction_threshold: int | None
     size: np.ndarray                  # [steps] table size after each step
+    peak: np.ndarray                  # [steps] table size after each step's lookups, before its eviction
 
 
 @dataclass(frozen=True)
@@ -111,28 +112,25 @@ def plan_table(sample: Sample, table: PlannedTable, sched: Schedule, *, storage:
 
 def threshold_curves(sample: Sample, table: PlannedTable, sched: Schedule, whole: int, backend: str):
     """The table's size over time under a few access thresholds (eviction as configured) and a few
-    eviction thresholds (admission as configured, or 0 when unset), replayed in an HBM table that
-    holds every key: sizes do not depend on the tiers (TIER-2)."""
+    eviction thresholds (admission as configured), replayed in an HBM table that holds every key:
+    sizes do not depend on the tiers (TIER-2).  An access threshold of None is admission off."""
     config = in_storage(table.config, "hbm", device=whole)
-    settings = [(a, config.eviction_threshold if config.eviction_enabled else None)
-                for a in sorted({config.access_threshold if config.admission_enabled else None,
-                                 *ACCESS_ALTERNATIVES}, key=lambda a: -1 if a is None else a)]
-    span = _clock_span(sample, sched)
-    if config.eviction_enabled:
-        evictions = sorted({config.eviction_threshold // 2, config.eviction_threshold,
-                            config.eviction_threshold * 2} - {0})
+    access = config.access_threshold if config.admission_enabled else None
+    eviction = config.eviction_threshold if config.eviction_enabled else None
+    if eviction is not None:
+        evictions = sorted({eviction // 2, eviction, eviction * 2} - {0})
     else:
+        span = _clock_span(sample, sched)
         evictions = sorted({max(1, int(span * f)) for f in EVICTION_FRACTIONS})
-    access = config.access_threshold if config.access_threshold is not None else 0
-    settings += [(access if access > 1 else None, e) for e in evictions if (access if access > 1 else None, e)
-                 not in settings]
+    settings = [(a, eviction) for a in sorted({access, *ACCESS_ALTERNATIVES}, key=lambda a: a or 0)]
+    settings += [(access, e) for e in evictions if (access, e) not in settings]
     curves = []
     for access_threshold, eviction_threshold in settings:
-        variant = dataclasses.replace(config, access_threshold=access if eviction_threshold is not None
-                                      and access_threshold is None else access_threshold,
-                                      eviction_threshold=eviction_threshold)
+        # eviction needs access_threshold set (CFG-5): 0 admits every key on first access (CFG-6)
+        variant = dataclasses.replace(config, eviction_threshold=eviction_threshold, access_threshold=(
+            0 if access_threshold is None and eviction_threshold is not None else access_threshold))
         trace = replay_stores(sample, table, variant, sched, backend=backend)
-        curves.append(Curve(access_threshold, eviction_threshold, trace.size))
+        curves.append(Curve(access_threshold, eviction_threshold, trace.size, trace.peak_size))
     return tuple(curves)
 
 

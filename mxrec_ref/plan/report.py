@@ -41,7 +41,7 @@ def _table_json(plan: TablePlan) -> dict:
         "hot_hit_ratio": plan.hot_hit_ratio,
         "final_stats": trace.totals,
         "curves": [{"access_threshold": c.access_threshold, "eviction_threshold": c.eviction_threshold,
-                    "table_size": c.size.tolist()} for c in plan.curves],
+                    "table_size": c.size.tolist(), "peak_size": c.peak.tolist()} for c in plan.curves],
         "snippet": snippet(plan),
     }
 
@@ -109,7 +109,7 @@ def print_table(plans: list[TablePlan], console: Console | None = None) -> None:
             curves.add_column("size", justify="right")
             for curve in plan.curves:
                 curves.add_row(str(curve.access_threshold), str(curve.eviction_threshold),
-                               f"{int(curve.size[-1])} / {int(curve.size.max())}")
+                               f"{int(curve.size[-1])} / {int(curve.peak.max())}")
             console.print(curves)
         console.print(snippet(plan), markup=False, highlight=False, soft_wrap=True)
 
