@@ -45,7 +45,7 @@ def _subcommands():
     return commands.choices
 
 
-@pytest.mark.parametrize("name", ["demo", "train", "bench", "conformance", "run", "rules"])
+@pytest.mark.parametrize("name", ["demo", "train", "bench", "conformance", "run", "rules", "plan"])
 def test_every_flag_has_a_help_line_and_shows_its_default(name, monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")     # one help entry per line, so each default is on its flag's line
     parser = _subcommands()[name]

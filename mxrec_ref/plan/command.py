@@ -8,7 +8,7 @@ from pathlib import Path
 from ..backends import available_backends, unknown_backend_reason
 from ..errors import UsageError
 from ..train import positive_int as _positive_int
-from . import recommend, report, sources, tables
+from . import recommend, sources, tables
 from .replay import schedule
 
 
@@ -61,6 +61,8 @@ def main(args) -> int:
     planned = tables.with_columns(planned, _column_map(args.column), sample.columns)
     sched = schedule(sample, batch_size=args.batch, ranks=args.ranks, steps=args.steps,
                      evict_every=args.evict_every)
+    from . import report     # late: rich loads for this command only, not at every CLI start
+
     plans = [recommend.plan_table(sample, table, sched, storage=args.storage, margin=margin, backend=args.backend,
                                   curves=not args.no_curves) for table in planned]
     document = report.to_json(plans, sample=sample.name, steps=sched.steps, batch_size=sched.batch_size,
@@ -70,11 +72,14 @@ def main(args) -> int:
     else:
         report.print_table(plans)
     if args.out:
-        from .plots import write_plots   # late: matplotlib loads only when plots are asked for
-
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "plan.json").write_text(report.dumps(document))
+        try:
+            from .plots import write_plots   # late: matplotlib (the [plot] extra) loads only for plots
+        except ImportError as error:
+            raise UsageError(f"plan: --out: wrote {out / 'plan.json'}, but the plots need matplotlib "
+                             f"(pip install 'mxrec-ref[plot]'): {error}") from None
         written = write_plots(plans, out)
         print(f"wrote {out / 'plan.json'} and {len(written)} plots to {out}", file=sys.stderr)
     return 0
