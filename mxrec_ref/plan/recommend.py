@@ -80,18 +80,18 @@ def plan_table(sample: Sample, table: PlannedTable, sched: Schedule, *, storage:
                backend: str = "fast", curves: bool = True) -> TablePlan:
     counts = count_keys(sample, table, sched)
     whole = max(1, int(counts.seen[-1]))            # every key seen: an HBM table this big never fills
-    if storage == "hbm":
-        probe = replay_stores(sample, table, in_storage(table.config, "hbm", device=whole), sched, backend=backend)
-        min_device = max(1, int(probe.owner_peak.max()))
-        device_fails_at = first_step_over(probe.owner_peak, min_device - 1)   # EXP-2
-    else:
+    if storage == "hbm":         # the table holds every row: its largest size per owner (EXP-2)
+        trace = replay_stores(sample, table, in_storage(table.config, "hbm", device=whole), sched, backend=backend)
+        min_device = max(1, int(trace.owner_peak.max()))
+        device_fails_at = first_step_over(trace.owner_peak, min_device - 1)
+        device = with_margin(min_device, margin)
+        config = in_storage(table.config, "hbm", device=device)    # sizes do not depend on capacity until full
+    else:                        # the device tier holds one step's keys per owner (TIER-3)
         min_device = max(1, int(counts.owner_distinct.max()))
-        device_fails_at = first_step_over(counts.owner_distinct, min_device - 1)   # TIER-3
-    device = with_margin(min_device, margin)
-    config = in_storage(table.config, storage, device=device)
-    trace = probe if storage == "hbm" else replay_stores(sample, table, config, sched, backend=backend)
-    if storage == "hbm":
-        config = in_storage(table.config, "hbm", device=device)
+        device_fails_at = first_step_over(counts.owner_distinct, min_device - 1)
+        device = with_margin(min_device, margin)
+        config = in_storage(table.config, storage, device=device)
+        trace = replay_stores(sample, table, config, sched, backend=backend)
     host = ssd = 0
     spill_step = None
     if storage == "ddr":         # host memory grows (TIER-1): the peak it reaches, with the margin
