@@ -127,7 +127,11 @@ def tfrecord(path) -> Sample:
     import tensorflow as tf    # late: only this format needs TensorFlow
 
     values: dict[str, list] = {}
-    for record in tf.data.TFRecordDataset(str(path)).as_numpy_iterator():
+    if tf.executing_eagerly():
+        records = tf.data.TFRecordDataset(str(path)).as_numpy_iterator()
+    else:   # a process that ran an mxRec script has eager execution off; the deprecated reader works there
+        records = tf.compat.v1.io.tf_record_iterator(str(path))
+    for record in records:
         example = tf.train.Example.FromString(record)
         for name, feature in example.features.feature.items():
             if feature.WhichOneof("kind") == "int64_list":
