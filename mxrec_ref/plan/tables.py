@@ -69,13 +69,13 @@ def from_script(script, script_args=()) -> list[PlannedTable]:
     ``mx_rec`` alias on) until its first ``Session.run`` -- graph construction only -- and each
     table's ``create_table`` arguments, FeatureSpec thresholds, ``send_count`` and the script's
     sparse optimizer are read from the TF layer's registry.  Each table reads the column of its name."""
-    from ..compat import alias
+    # late: TensorFlow and the TF layer load only for --script (the other sources need neither)
     import tensorflow as tf
     from tensorflow.python.client import session as tf_session
 
-    from ..tf.config_initializer import ConfigInitializer
-    from ..tf.config_initializer import is_initialized
-    from ..tf.initialize import terminate_config_initializer
+    from ..compat import alias  # late: with the TF layer it serves
+    from ..tf.config_initializer import ConfigInitializer, is_initialized  # late: see above
+    from ..tf.initialize import terminate_config_initializer  # late: see above
 
     path = os.path.abspath(script)
     if not os.path.isfile(path):
