@@ -1,6 +1,6 @@
 # Tier moves (spec/tiers.md, CON-10): rows leaving for and coming back from another tier, and
 # the SSD tier's record checksums.
-# Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_of.
+# Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_at.
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 from posix.unistd cimport pread as _c_pread
@@ -10,23 +10,29 @@ from os import strerror as _strerror
 
 
 def pread_records(int fd, const int64_t[::1] offsets, Py_ssize_t record_bytes, Py_ssize_t max_gap,
-                  uint8_t[:, ::1] out):
+                  uint8_t[:, ::1] out, const int64_t[::1] keys, uint32_t magic, uint32_t payload_len):
     """Read the records at ``offsets`` (sorted, ascending) of one SSD file
-    into the rows of ``out``, without the GIL: records closer than
-    ``max_gap`` bytes apart are fetched by one ``pread`` of their span
+    into the rows of ``out`` and check them, without the GIL: records closer
+    than ``max_gap`` bytes apart are fetched by one ``pread`` of their span
     (gap included) and copied out of it, the others each by its own
-    ``pread`` straight into ``out``.  Returns (bytes read, the index of the
-    first record the file cut short or -1); a failing ``pread`` raises
-    OSError naming the offset."""
-    cdef Py_ssize_t n = offsets.shape[0], i = 0, j, k, cut = -1
+    ``pread`` straight into ``out``.  Each record read is checked as
+    mxrec_ref.tiers.disk's ``_check`` does (TIER-6): its CRC-32 (the last 4
+    bytes, over the rest), its magic and payload length, and that it holds
+    ``keys[i]``.  Returns (bytes read, the index of the first record the file
+    cut short or -1, the index of the first bad record or -1, why: 1 the
+    checksum, 2 the format, 3 the key); a failing ``pread`` raises OSError
+    naming the offset."""
+    cdef Py_ssize_t n = offsets.shape[0], i = 0, j, k, cut = -1, bad = -1
+    cdef int reason = 0
     cdef int64_t start, stop, total = 0
     cdef ssize_t got
     cdef int err = 0
     cdef int64_t err_at = 0
     cdef uint8_t* scratch = NULL
     cdef Py_ssize_t scratch_bytes = 0
-    if out.shape[0] < n or (n and out.shape[1] != record_bytes):
-        raise ValueError(f"pread_records: out must be [{n}, {record_bytes}] bytes")
+    if out.shape[0] < n or (n and out.shape[1] != record_bytes) or keys.shape[0] != n or record_bytes < 36:
+        raise ValueError(f"pread_records: out must be [{n}, {record_bytes}] bytes, with {n} keys")
+    fast_crc32_init()
     with nogil:
         while i < n:
             j = i + 1              # the span: records i .. j-1
@@ -63,29 +69,51 @@ def pread_records(int fd, const int64_t[::1] offsets, Py_ssize_t record_bytes, P
                     break
             i = j
         free(scratch)
+        if not err:
+            for k in range(n if cut < 0 else cut):
+                reason = _record_fault(&out[k, 0], record_bytes, keys[k], magic, payload_len)
+                if reason:
+                    bad = k
+                    break
     if err:
         raise OSError(err, f"{_strerror(err)} (reading at byte offset {err_at})")
-    return total, cut
+    return total, cut, bad, reason
 
 
-def entries_of(FastCore core not None, const int64_t[::1] keys):
-    """(counts, last_seen) of ``keys``, which must all hold a row: what a
-    row carries when it moves to another storage tier."""
-    cdef Py_ssize_t n = keys.shape[0], i
-    tags = np.empty(n, dtype=np.int64)
+cdef inline int _record_fault(const uint8_t* record, Py_ssize_t record_bytes, int64_t key, uint32_t magic,
+                              uint32_t payload_len) noexcept nogil:
+    """0 for a sound record (little-endian fields, mxrec_ref.tiers.disk's layout), else why not:
+    1 its checksum fails, 2 its magic or payload length is wrong, 3 it holds another key --
+    the checksum first, as the Python check reports it."""
+    cdef uint32_t word, crc
+    cdef int64_t held
+    memcpy(&crc, record + record_bytes - 4, 4)
+    if fast_crc32(record, <size_t>(record_bytes - 4)) != crc:
+        return 1
+    memcpy(&word, record, 4)
+    if word != magic:
+        return 2
+    memcpy(&word, record + 28, 4)
+    if word != payload_len:
+        return 2
+    memcpy(&held, record + 4, 8)
+    return 3 if held != key else 0
+
+
+def entries_at(FastCore core not None, const int64_t[::1] rows):
+    """(counts, last_seen) of the keys at ``rows`` (their row handles, each holding a row): what
+    a row carries when it moves to another storage tier, found without a second hash probe."""
+    cdef Py_ssize_t n = rows.shape[0], i
     counts = np.empty(n, dtype=np.int64)
     last_seen = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] t_view = tags, c_view = counts, s_view = last_seen
+    cdef int64_t[::1] c_view = counts, s_view = last_seen
     cdef Entry* entry
-    if n == 0:
-        return counts, last_seen
-    with nogil:
-        _find_many(core, &keys[0], n, &t_view[0])
-    if np.any(tags < 0):
-        raise KeyError(f"entries_of: key {int(np.asarray(keys)[np.flatnonzero(tags < 0)[0]])} holds no row")
+    for i in range(n):
+        if rows[i] < 0 or rows[i] >= core.next_row or not core.row_live[rows[i]]:
+            raise KeyError(f"entries_at: row {rows[i]} holds no key")
     with nogil:
         for i in range(n):
-            entry = &core.row_entries[t_view[i]]
+            entry = &core.row_entries[rows[i]]
             c_view[i] = entry.count
             s_view[i] = entry.last_seen
     return counts, last_seen
@@ -410,3 +438,47 @@ cdef class HostHeap:
 
     def clear(self):
         self.n = 0
+
+
+cdef inline Py_ssize_t _lower_bound(const int64_t* keys, Py_ssize_t n, int64_t key) noexcept nogil:
+    cdef Py_ssize_t low = 0, half
+    while n > 0:
+        half = n >> 1
+        if keys[low + half] < key:
+            low += half + 1
+            n -= half + 1
+        else:
+            n = half
+    return low
+
+
+def index_search(const int64_t[::1] main_keys, const int64_t[::1] main_words, const int64_t[::1] delta_keys,
+                 const int64_t[::1] delta_words, const int64_t[::1] queries):
+    """The SSD tier's index search (mxrec_ref.tiers.disk._Index, TIER-9): per query, its location
+    word (-1 where absent), the level that holds its slot (0 none, 1 main, 2 delta: a key is in one
+    level at most; a tombstone's slot counts as held, word -1) and its position there -- both
+    levels searched in one pass without the GIL."""
+    cdef Py_ssize_t n = queries.shape[0], nm = main_keys.shape[0], nd = delta_keys.shape[0], i, p
+    words = np.empty(n, dtype=np.int64)
+    level = np.zeros(n, dtype=np.uint8)
+    pos = np.zeros(n, dtype=np.intp)
+    if n == 0:
+        return words, level, pos
+    cdef int64_t[::1] w = words
+    cdef uint8_t[::1] lv = level
+    cdef Py_ssize_t[::1] ps = pos
+    cdef const int64_t* mk = &main_keys[0] if nm else NULL
+    cdef const int64_t* dk = &delta_keys[0] if nd else NULL
+    with nogil:
+        for i in range(n):
+            w[i] = -1
+            if nd:
+                p = _lower_bound(dk, nd, queries[i])
+                if p < nd and dk[p] == queries[i]:
+                    w[i], lv[i], ps[i] = delta_words[p], 2, p
+                    continue
+            if nm:
+                p = _lower_bound(mk, nm, queries[i])
+                if p < nm and mk[p] == queries[i]:
+                    w[i], lv[i], ps[i] = main_words[p], 1, p
+    return words, level, pos

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import re
 import weakref
@@ -82,9 +83,10 @@ def _crc32s_zlib(records: np.ndarray) -> np.ndarray:
 
 try:
     from .._fast import crc32_records as _crc32_records
+    from .._fast import index_search as _index_search
     from .._fast import pread_records as _pread_records
-except ImportError:  # the fast path is not built: zlib, one record at a time; one pread call per span from Python
-    _crc32_records = _pread_records = None
+except ImportError:  # the fast path is not built: zlib, one record at a time; one pread call per span from Python;
+    _crc32_records = _pread_records = _index_search = None     # the index searched by numpy
 
 
 def _crc32s(records: np.ndarray) -> np.ndarray:
@@ -196,10 +198,15 @@ class _Index:
 
     Two sorted levels, disjoint in keys: ``main`` and a small ``delta`` that
     new keys are merged into (cheap for small batches); the delta is merged
-    into main once it passes an eighth of main (or a large batch arrives).
+    into main once it passes sqrt(DELTA_MIN x main) keys, which balances the
+    two costs: a batch of b new keys costs O(delta) to insert and the merge
+    O(main) every delta / b batches, so O(sqrt(main)) a batch either way
+    (an eighth of main, as before, made the delta inserts grow with the table).
     A key already in a level is updated in place there; a removed key keeps
     its slot with location -1 (a tombstone, reusable by a later write) until
-    the next merge drops it.  Everything is sorted by key: no hash order."""
+    the next merge drops it.  Everything is sorted by key: no hash order.
+    Searched by the fast path's ``index_search`` (both levels, one C loop)
+    when it is built, else by numpy."""
 
     DELTA_MIN = 4096
 
@@ -229,6 +236,10 @@ class _Index:
     def _words(self, keys: np.ndarray):
         """(location words, -1 where absent; found in delta, its position there; found in main,
         its position there)."""
+        if _index_search is not None:
+            words, level, pos = _index_search(self.main_keys, self.main, self.delta_keys, self.delta,
+                                              np.ascontiguousarray(keys, dtype=np.int64))
+            return words, level == 2, pos, level == 1, pos
         dpos, in_delta = self._find(self.delta_keys, keys)
         mpos, in_main = self._find(self.main_keys, keys)
         in_main &= ~in_delta
@@ -253,7 +264,7 @@ class _Index:
         self.n += int(np.count_nonzero(old < 0))
         if new.any():
             new_keys, new_words = keys[new], words[new]
-            if len(self.delta_keys) + len(new_keys) > max(self.DELTA_MIN, len(self.main_keys) >> 3):
+            if len(self.delta_keys) + len(new_keys) > max(self.DELTA_MIN, math.isqrt(self.DELTA_MIN * len(self.main_keys))):
                 self.main_keys, self.main = self._merge(self.main_keys, self.main,
                                                         *self._merge(self.delta_keys, self.delta, new_keys,
                                                                      new_words))
@@ -532,9 +543,12 @@ class DiskTier:
     def _point(self, keys, fids, offsets) -> None:
         """Point the index at newly written records; the old ones become dead."""
         keys = np.asarray(keys, dtype=np.int64)
-        # A key repeated in the batch: its last record is the live one.
-        unique, last = np.unique(keys[::-1], return_index=True)
-        last = len(keys) - 1 - last
+        last = np.argsort(keys, kind="stable")
+        unique = keys[last]
+        if len(unique) > 1 and not bool(np.all(unique[1:] != unique[:-1])):
+            # A key repeated in the batch: its last record is the live one.
+            unique, last = np.unique(keys[::-1], return_index=True)
+            last = len(keys) - 1 - last
         entries = np.stack([np.asarray(column, dtype=np.int64)[last]
                             for column in (fids, offsets)], axis=1)
         old = self._index.put(unique, entries)
@@ -543,9 +557,9 @@ class DiskTier:
 
     def _count_live(self, fids: np.ndarray, sign: int) -> None:
         """Add ``sign`` to the live count of each file, once per entry of ``fids`` (-1: no file)."""
-        found, counts = np.unique(fids[fids >= 0], return_counts=True)
-        for fid, count in zip(found.tolist(), counts.tolist()):
-            self._files[fid].live += sign * count
+        counts = np.bincount(fids[fids >= 0])
+        for fid in np.flatnonzero(counts).tolist():
+            self._files[fid].live += sign * int(counts[fid])
 
     def _by_file(self, entries: np.ndarray):
         """(file, rows of ``entries``) per file in file order, rows sorted by
@@ -579,16 +593,19 @@ class DiskTier:
         if _pread_records is not None:      # one C loop over the spans, without the GIL
             raw = np.empty((len(offsets), size), dtype=np.uint8)
             try:
-                n_bytes, cut = _pread_records(self._fd(file), np.ascontiguousarray(offsets, dtype=np.int64), size,
-                                              SPAN_GAP_BYTES, raw)
+                n_bytes, cut, bad, why = _pread_records(
+                    self._fd(file), np.ascontiguousarray(offsets, dtype=np.int64), size, SPAN_GAP_BYTES, raw,
+                    np.ascontiguousarray(keys, dtype=np.int64), MAGIC, self._dtype["payload"].itemsize)
             except OSError as error:
                 raise self._corrupt(file, int(offsets[0]), f"cannot be read ({error})") from error
             if cut >= 0:
                 raise self._corrupt(file, int(offsets[cut]), "is cut short: the file ends before the record does")
             records = raw.view(self._dtype).reshape(-1)
+            if bad >= 0:     # checked in the C loop as _check would (the first bad record, its first fault)
+                raise self._corrupt(file, int(offsets[bad]), self._fault(why, records[bad], keys[bad]))
         else:
             records, n_bytes = self._read_spans(file, offsets)
-        self._check(file, offsets, keys, records)
+            self._check(file, offsets, keys, records)
         done = {"disk_reads": len(records), "disk_bytes_read": n_bytes}
         if read is None:
             self._count_reads(done)
@@ -627,9 +644,14 @@ class DiskTier:
         bad = crc_bad | form_bad | key_bad
         if bad.any():
             i = int(np.argmax(bad))
-            reason = ("fails its checksum" if crc_bad[i] else "is not a record of this table's format"
-                      if form_bad[i] else f"holds key {int(records['key'][i])}, expected {int(keys[i])}")
-            raise self._corrupt(file, int(offsets[i]), reason)
+            why = 1 if crc_bad[i] else 2 if form_bad[i] else 3
+            raise self._corrupt(file, int(offsets[i]), self._fault(why, records[i], keys[i]))
+
+    @staticmethod
+    def _fault(why: int, record, key) -> str:
+        """What is wrong with a record: ``why`` 1 its checksum, 2 its format, 3 its key."""
+        return ("fails its checksum" if why == 1 else "is not a record of this table's format" if why == 2
+                else f"holds key {int(record['key'])}, expected {int(key)}")
 
     def _corrupt(self, file: _File, offset: int, reason: str) -> DiskCorruptionError:
         return DiskCorruptionError(errno.EIO, f"table {self.table!r}: SSD record in {file.path!r} at byte offset "

@@ -61,7 +61,7 @@ class TieredStore(Store):
             raise tier_moves_error(config, backend, inner)
         self._inner = inner
         self.backend_name = inner.backend_name
-        self._device = inner.device_placement(config.device_vocabulary_size, inner.row_handles)
+        self._device = inner.device_placement(config.device_vocabulary_size, inner._row_handles)
         self._disk = None
         self._host_order = None
         if config.ssd_vocabulary_size > 0:
@@ -158,7 +158,7 @@ class TieredStore(Store):
         the key map and one search of the disk index."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
             return
-        absent = keys[self._inner.row_handles(keys) < 0]        # a key in memory is not on disk
+        absent = keys[self._inner._row_handles(keys) < 0]       # a key in memory is not on disk
         if len(absent) == 0:
             return
         on_disk, values, slots, counts, last_seen = self._disk.take(absent)
@@ -196,17 +196,19 @@ class TieredStore(Store):
             order.reset(*self._host_keys())
             return
         keys = order.take_noted()
-        keys = keys[(self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)]
+        rows = self._inner._row_handles(keys)
+        host = rows >= 0
+        host[host] = ~self._device.contains(keys[host], rows[host])
+        keys, rows = keys[host], rows[host]
         if len(keys):
-            _, _, counts, last_seen = self._inner._rows_of(keys)
-            order.push(keys, counts, last_seen)
+            order.push(keys, *self._inner._entries_of(keys, rows))
 
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
         entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
         stale entries) -- never a pass over the host rows.  Pops twice what is still needed
         (stale entries are common) and pushes back the current entries it did not take."""
-        chosen_keys, chosen, taken, last_key = [], [], 0, None
+        chosen_keys, chosen_rows, taken, last_key = [], [], 0, None
         while taken < excess:
             need = excess - taken
             counts, last_seen, keys = self._host_order.pop(2 * need + 64)
@@ -216,13 +218,14 @@ class TieredStore(Store):
             fresh = np.ones(len(keys), dtype=bool)
             fresh[1:] = keys[1:] != keys[:-1]
             fresh[0] = keys[0] != last_key
-            fresh &= self._inner.row_handles(keys) >= 0
-            fresh[fresh] = ~self._device.contains(keys[fresh])
+            rows = self._inner._row_handles(keys)
+            fresh &= rows >= 0
+            fresh[fresh] = ~self._device.contains(keys[fresh], rows[fresh])
             at = np.flatnonzero(fresh)
             if len(at) == 0:
                 last_key = keys[-1]
                 continue
-            values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
+            now_counts, now_seen = self._inner._entries_of(keys[at], rows[at])
             current = (now_counts == counts[at]) & (now_seen == last_seen[at])
             keep = np.flatnonzero(current)[:need]
             if len(keep) == need and keep[-1] + 1 < len(at):       # current entries past the last one taken
@@ -234,14 +237,12 @@ class TieredStore(Store):
             at = at[keep]
             taken += len(at)
             chosen_keys.append(keys[at])
-            chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
-                           now_counts[keep], now_seen[keep]))
-        keys = np.concatenate(chosen_keys) if chosen_keys else np.zeros(0, np.int64)
-        values = np.concatenate([part[0] for part in chosen]) if chosen else None
-        slots = {name: np.concatenate([part[1][name] for part in chosen]) for name in self.optimizer.slot_names}
-        counts = np.concatenate([part[2] for part in chosen]) if chosen else None
-        last_seen = np.concatenate([part[3] for part in chosen]) if chosen else None
-        return keys, values, slots, counts, last_seen
+            chosen_rows.append(rows[at])
+        if not chosen_keys:
+            return np.zeros(0, np.int64), None, {}, None, None
+        keys = np.concatenate(chosen_keys)
+        # What the victims carry, fetched once for the rows chosen (their entries were just checked).
+        return (keys, *self._inner._rows_of(keys, np.concatenate(chosen_rows)))
 
     def _spill_to_disk(self) -> Exception | None:
         """SSD mode: move the least frequently used host rows (ties: least
