@@ -166,7 +166,7 @@ class FastStore(InMemoryStore, TierMoves):
         return tiers.rows_of(self._core, self._slot_index, keys, rows)
 
     def _entries_of(self, keys, rows):
-        return tiers.entries_at(self._core, rows)
+        return tiers.entries_of(self._core, keys, rows)
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._core, keys)

@@ -17,6 +17,12 @@ def rows_of(core, slot_index: dict[str, int], keys: np.ndarray, rows: np.ndarray
             counts, last_seen)
 
 
+def entries_of(core, keys: np.ndarray, rows: np.ndarray):
+    """(counts, last_seen) of ``keys`` (all holding a row), found by their row handles ``rows``:
+    no second probe of the key map."""
+    return entries_at(core, _int64(rows))
+
+
 def drop_rows(core, keys: np.ndarray) -> None:
     """Forget ``keys`` (their rows moved to another tier): rows go on the free stack in the given
     order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""

@@ -82,11 +82,12 @@ def _crc32s_zlib(records: np.ndarray) -> np.ndarray:
 
 
 try:
+    from .._fast import RecordMap
     from .._fast import crc32_records as _crc32_records
+    from .._fast import index_merge as _index_merge
     from .._fast import index_search as _index_search
-    from .._fast import pread_records as _pread_records
 except ImportError:  # the fast path is not built: zlib, one record at a time; one pread call per span from Python;
-    _crc32_records = _pread_records = _index_search = None     # the index searched by numpy
+    _crc32_records = RecordMap = _index_search = _index_merge = None     # the index searched by numpy
 
 
 def _crc32s(records: np.ndarray) -> np.ndarray:
@@ -284,6 +285,8 @@ class _Index:
     @staticmethod
     def _merge(keys_a, words_a, keys_b, words_b):
         """Two sorted, key-disjoint levels as one, tombstones dropped."""
+        if _index_merge is not None:
+            return _index_merge(keys_a, words_a, keys_b, words_b)
         keys_a, words_a = _Index._live(keys_a, words_a)
         keys_b, words_b = _Index._live(keys_b, words_b)
         if len(keys_a) == 0:
@@ -359,6 +362,7 @@ class DiskTier:
         self._counters = dict.fromkeys(_COUNTERS, 0)
         self.compact_budget = COMPACT_BUDGET   # records a call's compaction looks at, at most
         self._fds: dict[int, int] = {}  # file id -> open descriptor, opened on first use
+        self._maps: dict = {}           # file id -> RecordMap of its descriptor (reads), made on first read
         weakref.finalize(self, _close_fds, self._fds)
 
     # ------------------------------------------------------------ queries
@@ -491,6 +495,7 @@ class DiskTier:
 
     def close(self) -> None:
         """Close the open files; a later call reopens the ones it needs."""
+        self._maps.clear()
         _close_fds(self._fds)
 
     # ------------------------------------------------------------ records
@@ -584,17 +589,28 @@ class DiskTier:
             self._fds[file.fid] = os.open(file.path, os.O_RDWR)
         return self._fds[file.fid]
 
+    def _map(self, file: _File):
+        """The file's ``RecordMap`` over its whole capacity (appends never remap it), made on
+        first read and dropped with the file's descriptor."""
+        mapped = self._maps.get(file.fid)
+        if mapped is None or mapped.fd != self._fds.get(file.fid):
+            try:
+                mapped = self._maps[file.fid] = RecordMap(self._fd(file), self._records_per_file * self._record_bytes)
+            except OSError as error:
+                raise self._corrupt(file, 0, f"cannot be mapped ({error})") from error
+        return mapped
+
     def _read_file(self, file: _File, offsets: np.ndarray, keys: np.ndarray, read: dict | None = None) -> np.ndarray:
         """The checked records at ``offsets`` (sorted) of one file, expected to
         hold ``keys``.  What was read is added to ``read`` (the caller counts
         it once the whole call succeeded) or, without it, to the statistics --
         in both cases only once the records checked out (CON-4)."""
         size = self._record_bytes
-        if _pread_records is not None:      # one C loop over the spans, without the GIL
+        if RecordMap is not None:      # copied out of the file's mapping and checked in one C loop, without the GIL
             raw = np.empty((len(offsets), size), dtype=np.uint8)
             try:
-                n_bytes, cut, bad, why = _pread_records(
-                    self._fd(file), np.ascontiguousarray(offsets, dtype=np.int64), size, SPAN_GAP_BYTES, raw,
+                n_bytes, cut, bad, why = self._map(file).read(
+                    np.ascontiguousarray(offsets, dtype=np.int64), size, raw,
                     np.ascontiguousarray(keys, dtype=np.int64), MAGIC, self._dtype["payload"].itemsize)
             except OSError as error:
                 raise self._corrupt(file, int(offsets[0]), f"cannot be read ({error})") from error
@@ -816,6 +832,7 @@ class DiskTier:
         return stop - start, True
 
     def _delete(self, file: _File) -> None:
+        self._maps.pop(file.fid, None)
         fd = self._fds.pop(file.fid, None)
         if fd is not None:
             os.close(fd)

@@ -122,13 +122,14 @@ class TieredStore(Store):
         which checks they still hold their keys (OPT-9): a row that went to disk and came back
         since is found again by key."""
         return self._apply_tiered(keys, mask,
-                                  lambda: self._inner._apply_result(keys, grads, mask, step, handles))
+                                  lambda: self._inner._apply_result(keys, grads, mask, step, handles), handles)
 
-    def _apply_tiered(self, keys, mask, apply) -> int:
+    def _apply_tiered(self, keys, mask, apply, handles=None) -> int:
         """An apply between the tier moves: rows on disk come back first, the host order notes
-        the rows it touched, host memory spills after."""
+        the rows it touched, host memory spills after.  ``handles``: the rows of a lookup
+        result's keys, which spare the disk check a probe of the keys still on the device."""
         self._make_room_on_host()
-        self._bring_back(keys[mask])
+        self._bring_back(keys[mask], None if handles is None else handles[mask])
         applied = apply()
         self._spill_to_disk()
         return applied
@@ -152,12 +153,16 @@ class TieredStore(Store):
         self._inner.set_threshold(threshold)
 
     # ------------------------------------------------------- tier moves
-    def _bring_back(self, keys: np.ndarray) -> None:
+    def _bring_back(self, keys: np.ndarray, rows: np.ndarray | None = None) -> None:
         """Rows of ``keys`` (distinct; padding allowed) that are on disk come back to host memory,
         in key order (TIER-6); a corrupt record raises before anything changed.  One probe of
-        the key map and one search of the disk index."""
+        the key map and one search of the disk index.  ``rows``: row handles of ``keys`` from
+        a lookup result (-1: none): a key the device holds at its handle is in memory, so
+        only the others are probed."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
             return
+        if rows is not None:
+            keys = keys[~self._device.contains(keys, rows)]
         absent = keys[self._inner._row_handles(keys) < 0]       # a key in memory is not on disk
         if len(absent) == 0:
             return
