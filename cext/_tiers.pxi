@@ -12,7 +12,7 @@ from os import strerror as _strerror
 cdef class RecordMap:
     """One SSD file mapped read-only (``mmap``, shared, so the tier's own ``pwrite``s show at once)
     over its whole capacity, ``length`` bytes, so that appends never remap it: a step's records are
-    copied out of the page cache without a system call each (TIER-9).  Only bytes below the
+    copied out of the page cache without a system call each.  Only bytes below the
     file's size (``fstat``, once a read) are touched: a record past it reads as cut short, not as
     SIGBUS -- unless another process truncates the file during the read itself."""
 

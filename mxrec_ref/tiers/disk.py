@@ -431,11 +431,12 @@ class DiskTier:
         they carry: (their keys sorted, values, slots, counts, last_seen), every record checked
         before any key leaves (DiskCorruptionError).  One search of the index for the whole call,
         where contains, read and remove would make three."""
-        keys = np.asarray(keys, dtype=np.int64).ravel()
+        # Sorted first: the result is in key order anyway, and sorted queries walk the index's
+        # levels forward (3-4x faster than random ones once a level outgrows the cache).
+        keys = np.sort(np.asarray(keys, dtype=np.int64).ravel())
         index = self._index
         words, in_delta, dpos, in_main, mpos = index._words(keys)
         found = np.flatnonzero(words >= 0)
-        found = found[np.argsort(keys[found], kind="stable")]
         taken = keys[found]
         if len(taken) == 0:
             return (taken, np.zeros((0, self.dim), np.float32), np.zeros((self.n_slots, 0, self.dim), np.float32),
@@ -632,22 +633,23 @@ class DiskTier:
 
     def _read_spans(self, file: _File, offsets: np.ndarray) -> tuple[np.ndarray, int]:
         """The records at ``offsets`` (sorted) by one ``os.pread`` per span of nearby records (the
-        fallback of ``pread_records`` when the fast path is not built); (records, bytes read)."""
+        fallback of ``RecordMap`` when the fast path is not built); (records, their bytes)."""
         size = self._record_bytes
-        parts, n_bytes = [], 0
+        parts = []
         for span in np.split(offsets, np.flatnonzero(np.diff(offsets) - size > SPAN_GAP_BYTES) + 1):
             start, stop = int(span[0]), int(span[-1]) + size
             try:
                 data = os.pread(self._fd(file), stop - start, start)
             except OSError as error:
                 raise self._corrupt(file, start, f"cannot be read ({error})") from error
-            n_bytes += len(data)
             if len(data) < stop - start:
                 cut = int(span[np.searchsorted(span + size, start + len(data), side="right")])
                 raise self._corrupt(file, cut, "is cut short: the file ends before the record does")
             rows = np.frombuffer(data, np.uint8).reshape(-1, size)  # as bytes: whole records move at once
             parts.append(rows if len(rows) == len(span) else rows[(span - start) // size])
-        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(self._dtype).reshape(-1), n_bytes
+        # The records' bytes count as read (TIER-10), not the gaps between them, as RecordMap counts.
+        records = (parts[0] if len(parts) == 1 else np.concatenate(parts)).view(self._dtype).reshape(-1)
+        return records, len(offsets) * size
 
     def _count_reads(self, read: dict) -> None:
         for name, value in read.items():
