@@ -211,12 +211,13 @@ class TieredStore(Store):
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
         entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
-        stale entries) -- never a pass over the host rows.  Pops twice what is still needed
-        (stale entries are common) and pushes back the current entries it did not take."""
+        stale entries) -- never a pass over the host rows.  Pops an eighth more than is still
+        needed (measured: most popped entries are current, so popping twice as many only pushed
+        half of them back) and pushes back the current entries it did not take."""
         chosen_keys, chosen_rows, taken, last_key = [], [], 0, None
         while taken < excess:
             need = excess - taken
-            counts, last_seen, keys = self._host_order.pop(2 * need + 64)
+            counts, last_seen, keys = self._host_order.pop(need + need // 8 + 64)
             if len(keys) == 0:
                 raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
             # Two current entries of one key are equal, so they pop one after the other: keep the first.
