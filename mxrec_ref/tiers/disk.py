@@ -321,7 +321,7 @@ class _File:
     path: str
     size: int = 0
     live: int = 0
-    # Compaction in progress: the file's live records when it began, by offset, and how many are done.
+    # Compaction in progress: the file's live records when it began, by key, and how many are done.
     # Such a file takes no appends; records superseded since are skipped (the index decides).
     compact_keys: np.ndarray | None = None
     compact_offsets: np.ndarray | None = None
@@ -577,12 +577,10 @@ class DiskTier:
             yield self._files[int(entries[rows[0], 0])], rows
 
     def _live(self, file: _File) -> tuple[np.ndarray, np.ndarray]:
-        """(keys, offsets) of the file's live records, by offset."""
+        """(keys, offsets) of the file's live records, by key."""
         keys, entries = self._index.items()
         mine = entries[:, 0] == file.fid
-        keys, offsets = keys[mine], entries[mine, 1]
-        order = np.argsort(offsets, kind="stable")
-        return keys[order], offsets[order]
+        return keys[mine], entries[mine, 1]
 
     # ------------------------------------------------------------ reading
     def _fd(self, file: _File) -> int:
@@ -817,10 +815,14 @@ class DiskTier:
                 self._current[file.folder] = None
         start = file.compact_at
         stop = len(file.compact_keys) if budget is None else min(len(file.compact_keys), start + budget)
+        # A step's records by key: sorted queries walk the index forward (random ones, as by offset,
+        # miss the cache once the index outgrows it); then read in offset order.
         keys, offsets = file.compact_keys[start:stop], file.compact_offsets[start:stop]
         entries = self._index.lookup(keys)
         still = (entries[:, 0] == file.fid) & (entries[:, 1] == offsets)   # not superseded or removed since
         keys, offsets = keys[still], offsets[still]
+        by_offset = np.argsort(offsets)
+        keys, offsets = keys[by_offset], offsets[by_offset]
         if len(keys):
             records = self._read_file(file, offsets, keys)
             fids, new_offsets = self._append(records, avoid=file.fid)
