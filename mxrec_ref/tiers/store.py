@@ -244,9 +244,7 @@ class TieredStore(Store):
             taken += len(at)
             chosen_keys.append(keys[at])
             chosen_rows.append(rows[at])
-        if not chosen_keys:
-            return np.zeros(0, np.int64), None, {}, None, None
-        keys = np.concatenate(chosen_keys)
+        keys = np.concatenate(chosen_keys)       # excess > 0: the loop took rows
         # What the victims carry, fetched once for the rows chosen (their entries were just checked).
         return (keys, *self._inner._rows_of(keys, np.concatenate(chosen_rows)))
 
