@@ -1,6 +1,7 @@
 # Tier moves (spec/tiers.md, CON-10): rows leaving for and coming back from another tier, and
-# the SSD tier's record checksums.
-# Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_at.
+# the SSD tier's batch kernels (mxrec_ref/tiers/disk.py): mapped record reads with their checks,
+# record checksums, the index's search and merge.
+# Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_at (entries_of).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 from posix.mman cimport mmap as _c_mmap, munmap as _c_munmap, PROT_READ, MAP_SHARED, MAP_FAILED
