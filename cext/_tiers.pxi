@@ -1,91 +1,108 @@
 # Tier moves (spec/tiers.md, CON-10): rows leaving for and coming back from another tier, and
-# the SSD tier's record checksums.
-# Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_of.
+# the SSD tier's batch kernels (mxrec_ref/tiers/disk.py): mapped record reads with their checks,
+# record checksums, the index's search and merge.
+# Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_at (entries_of).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
-from posix.unistd cimport pread as _c_pread
+from posix.mman cimport mmap as _c_mmap, munmap as _c_munmap, PROT_READ, MAP_SHARED, MAP_FAILED
+from posix.stat cimport fstat as _c_fstat, struct_stat
 from libc.errno cimport errno as _c_errno
-from libc.stdlib cimport realloc as _c_realloc
 from os import strerror as _strerror
 
 
-def pread_records(int fd, const int64_t[::1] offsets, Py_ssize_t record_bytes, Py_ssize_t max_gap,
-                  uint8_t[:, ::1] out):
-    """Read the records at ``offsets`` (sorted, ascending) of one SSD file
-    into the rows of ``out``, without the GIL: records closer than
-    ``max_gap`` bytes apart are fetched by one ``pread`` of their span
-    (gap included) and copied out of it, the others each by its own
-    ``pread`` straight into ``out``.  Returns (bytes read, the index of the
-    first record the file cut short or -1); a failing ``pread`` raises
-    OSError naming the offset."""
-    cdef Py_ssize_t n = offsets.shape[0], i = 0, j, k, cut = -1
-    cdef int64_t start, stop, total = 0
-    cdef ssize_t got
-    cdef int err = 0
-    cdef int64_t err_at = 0
-    cdef uint8_t* scratch = NULL
-    cdef Py_ssize_t scratch_bytes = 0
-    if out.shape[0] < n or (n and out.shape[1] != record_bytes):
-        raise ValueError(f"pread_records: out must be [{n}, {record_bytes}] bytes")
-    with nogil:
-        while i < n:
-            j = i + 1              # the span: records i .. j-1
-            while j < n and offsets[j] - offsets[j - 1] - record_bytes <= max_gap:
-                j += 1
-            start, stop = offsets[i], offsets[j - 1] + record_bytes
-            if stop - start == (j - i) * record_bytes:     # adjacent records: straight into out
-                got = _c_pread(fd, &out[i, 0], stop - start, start)
-                if got < 0:
-                    err, err_at = _c_errno, start
-                    break
-                total += got
-                if got < stop - start:
-                    cut = i + got // record_bytes
-                    break
-            else:
-                if stop - start > scratch_bytes:
-                    scratch_bytes = stop - start
-                    scratch = <uint8_t*>_c_realloc(scratch, scratch_bytes)
-                    if scratch == NULL:
-                        err, err_at = 12, start   # ENOMEM
-                        break
-                got = _c_pread(fd, scratch, stop - start, start)
-                if got < 0:
-                    err, err_at = _c_errno, start
-                    break
-                total += got
-                for k in range(i, j):
-                    if offsets[k] + record_bytes > start + got:
+cdef class RecordMap:
+    """One SSD file mapped read-only (``mmap``, shared, so the tier's own ``pwrite``s show at once)
+    over its whole capacity, ``length`` bytes, so that appends never remap it: a step's records are
+    copied out of the page cache without a system call each.  Only bytes below the
+    file's size (``fstat``, once a read) are touched: a record past it reads as cut short, not as
+    SIGBUS -- unless another process truncates the file during the read itself."""
+
+    cdef const uint8_t* base
+    cdef readonly Py_ssize_t length
+    cdef readonly int fd
+
+    def __cinit__(self, int fd, Py_ssize_t length):
+        self.base = NULL
+        if length <= 0:
+            raise ValueError(f"RecordMap: length must be > 0, got {length}")
+        cdef void* mapped = _c_mmap(NULL, <size_t>length, PROT_READ, MAP_SHARED, fd, 0)
+        if mapped == MAP_FAILED:
+            raise OSError(_c_errno, f"{_strerror(_c_errno)} (mapping {length} bytes)")
+        self.base, self.length, self.fd = <const uint8_t*>mapped, length, fd
+
+    def __dealloc__(self):
+        if self.base != NULL:
+            _c_munmap(<void*>self.base, <size_t>self.length)
+            self.base = NULL
+
+    def read(self, const int64_t[::1] offsets, Py_ssize_t record_bytes, uint8_t[:, ::1] out,
+             const int64_t[::1] keys, uint32_t magic, uint32_t payload_len):
+        """Copy the records at ``offsets`` into the rows of ``out`` and check each as
+        mxrec_ref.tiers.disk's ``_check`` does: its CRC-32 (the last 4 bytes, over the rest),
+        its magic and payload length, and that it holds ``keys[i]``; without the GIL.  Returns
+        (bytes copied, the index of the first record the file cuts short or -1, the index of
+        the first bad record before it or -1, why: 1 the checksum, 2 the format, 3 the key);
+        a failing ``fstat`` raises OSError."""
+        cdef Py_ssize_t n = offsets.shape[0], k, cut = -1, bad = -1
+        cdef int reason = 0, failed = 0
+        cdef int64_t size
+        cdef struct_stat st
+        if out.shape[0] < n or (n and out.shape[1] != record_bytes) or keys.shape[0] != n or record_bytes < 36:
+            raise ValueError(f"RecordMap.read: out must be [{n}, {record_bytes}] bytes, with {n} keys")
+        fast_crc32_init()
+        with nogil:
+            failed = _c_fstat(self.fd, &st)
+            if not failed:
+                size = min(<int64_t>st.st_size, <int64_t>self.length)
+                for k in range(n):
+                    if offsets[k] < 0 or offsets[k] + record_bytes > size:
                         cut = k
                         break
-                    memcpy(&out[k, 0], scratch + (offsets[k] - start), record_bytes)
-                if cut >= 0:
-                    break
-            i = j
-        free(scratch)
-    if err:
-        raise OSError(err, f"{_strerror(err)} (reading at byte offset {err_at})")
-    return total, cut
+                    memcpy(&out[k, 0], self.base + offsets[k], record_bytes)
+                for k in range(n if cut < 0 else cut):
+                    reason = _record_fault(&out[k, 0], record_bytes, keys[k], magic, payload_len)
+                    if reason:
+                        bad = k
+                        break
+        if failed:
+            raise OSError(_c_errno, _strerror(_c_errno))
+        return (n if cut < 0 else cut) * record_bytes, cut, bad, reason
 
 
-def entries_of(FastCore core not None, const int64_t[::1] keys):
-    """(counts, last_seen) of ``keys``, which must all hold a row: what a
-    row carries when it moves to another storage tier."""
-    cdef Py_ssize_t n = keys.shape[0], i
-    tags = np.empty(n, dtype=np.int64)
+cdef inline int _record_fault(const uint8_t* record, Py_ssize_t record_bytes, int64_t key, uint32_t magic,
+                              uint32_t payload_len) noexcept nogil:
+    """0 for a sound record (little-endian fields, mxrec_ref.tiers.disk's layout), else why not:
+    1 its checksum fails, 2 its magic or payload length is wrong, 3 it holds another key --
+    the checksum first, as the Python check reports it."""
+    cdef uint32_t word, crc
+    cdef int64_t held
+    memcpy(&crc, record + record_bytes - 4, 4)
+    if fast_crc32(record, <size_t>(record_bytes - 4)) != crc:
+        return 1
+    memcpy(&word, record, 4)
+    if word != magic:
+        return 2
+    memcpy(&word, record + 28, 4)
+    if word != payload_len:
+        return 2
+    memcpy(&held, record + 4, 8)
+    return 3 if held != key else 0
+
+
+def entries_at(FastCore core not None, const int64_t[::1] rows):
+    """(counts, last_seen) of the keys at ``rows`` (their row handles, each holding a row): what
+    a row carries when it moves to another storage tier, found without a second hash probe."""
+    cdef Py_ssize_t n = rows.shape[0], i
     counts = np.empty(n, dtype=np.int64)
     last_seen = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] t_view = tags, c_view = counts, s_view = last_seen
+    cdef int64_t[::1] c_view = counts, s_view = last_seen
     cdef Entry* entry
-    if n == 0:
-        return counts, last_seen
-    with nogil:
-        _find_many(core, &keys[0], n, &t_view[0])
-    if np.any(tags < 0):
-        raise KeyError(f"entries_of: key {int(np.asarray(keys)[np.flatnonzero(tags < 0)[0]])} holds no row")
+    for i in range(n):
+        if rows[i] < 0 or rows[i] >= core.next_row or not core.row_live[rows[i]]:
+            raise KeyError(f"entries_at: row {rows[i]} holds no key")
     with nogil:
         for i in range(n):
-            entry = &core.row_entries[t_view[i]]
+            entry = &core.row_entries[rows[i]]
             c_view[i] = entry.count
             s_view[i] = entry.last_seen
     return counts, last_seen
@@ -316,16 +333,25 @@ cdef inline bint _entry_less(const int64_t* a, const int64_t* b) noexcept nogil:
     return a[2] < b[2]
 
 
+# HostHeap is 4-ary: half the levels of a binary heap, and a node's four children (96 bytes) lie side
+# by side, so a pop's walk down a heap too large for the cache misses about half as often.
+cdef enum:
+    HEAP_ARITY = 4
+
+
 cdef void _sift_down(int64_t* h, Py_ssize_t n, Py_ssize_t i) noexcept nogil:
-    cdef Py_ssize_t child
+    cdef Py_ssize_t child, first, last, c
     cdef int64_t tmp[3]
     memcpy(tmp, h + 3 * i, 3 * sizeof(int64_t))
     while True:
-        child = 2 * i + 1
-        if child >= n:
+        first = HEAP_ARITY * i + 1
+        if first >= n:
             break
-        if child + 1 < n and _entry_less(h + 3 * (child + 1), h + 3 * child):
-            child += 1
+        last = min(first + HEAP_ARITY, n)
+        child = first
+        for c in range(first + 1, last):
+            if _entry_less(h + 3 * c, h + 3 * child):
+                child = c
         if not _entry_less(h + 3 * child, tmp):
             break
         memcpy(h + 3 * i, h + 3 * child, 3 * sizeof(int64_t))
@@ -338,7 +364,7 @@ cdef void _sift_up(int64_t* h, Py_ssize_t i) noexcept nogil:
     cdef int64_t tmp[3]
     memcpy(tmp, h + 3 * i, 3 * sizeof(int64_t))
     while i > 0:
-        parent = (i - 1) >> 1
+        parent = (i - 1) // HEAP_ARITY
         if not _entry_less(tmp, h + 3 * parent):
             break
         memcpy(h + 3 * i, h + 3 * parent, 3 * sizeof(int64_t))
@@ -347,7 +373,7 @@ cdef void _sift_up(int64_t* h, Py_ssize_t i) noexcept nogil:
 
 
 cdef class HostHeap:
-    """The fast path's heap of TIER-5's order (TIER-12): a binary min-heap of
+    """The fast path's heap of TIER-5's order (TIER-12): a 4-ary min-heap of
     (count, last seen, key) int64 triples, 24 bytes an entry, compared as
     tuples -- the same order as the reference's ``heapq`` of the same
     triples, so both pop the same entries in the same order.  Lazy deletion
@@ -383,7 +409,7 @@ cdef class HostHeap:
                 h[3 * (start + i) + 2] = k[i]
             self.n = start + m
             if m > start:          # heapify is O(n): cheaper than m sift-ups here
-                i = self.n // 2
+                i = (self.n - 2) // HEAP_ARITY + 1 if self.n > 1 else 0
                 while i > 0:
                     i -= 1
                     _sift_down(h, self.n, i)
@@ -410,3 +436,70 @@ cdef class HostHeap:
 
     def clear(self):
         self.n = 0
+
+
+cdef inline Py_ssize_t _lower_bound(const int64_t* keys, Py_ssize_t n, int64_t key) noexcept nogil:
+    cdef Py_ssize_t low = 0, half
+    while n > 0:
+        half = n >> 1
+        if keys[low + half] < key:
+            low += half + 1
+            n -= half + 1
+        else:
+            n = half
+    return low
+
+
+def index_search(const int64_t[::1] main_keys, const int64_t[::1] main_words, const int64_t[::1] delta_keys,
+                 const int64_t[::1] delta_words, const int64_t[::1] queries):
+    """The SSD tier's index search (mxrec_ref.tiers.disk._Index): per query, its location
+    word (-1 where absent), the level that holds its slot (0 none, 1 main, 2 delta: a key is in one
+    level at most; a tombstone's slot counts as held, word -1) and its position there -- both
+    levels searched in one pass without the GIL."""
+    cdef Py_ssize_t n = queries.shape[0], nm = main_keys.shape[0], nd = delta_keys.shape[0], i, p
+    words = np.empty(n, dtype=np.int64)
+    level = np.zeros(n, dtype=np.uint8)
+    pos = np.zeros(n, dtype=np.intp)
+    if n == 0:
+        return words, level, pos
+    cdef int64_t[::1] w = words
+    cdef uint8_t[::1] lv = level
+    cdef Py_ssize_t[::1] ps = pos
+    cdef const int64_t* mk = &main_keys[0] if nm else NULL
+    cdef const int64_t* dk = &delta_keys[0] if nd else NULL
+    with nogil:
+        for i in range(n):
+            w[i] = -1
+            if nd:
+                p = _lower_bound(dk, nd, queries[i])
+                if p < nd and dk[p] == queries[i]:
+                    w[i], lv[i], ps[i] = delta_words[p], 2, p
+                    continue
+            if nm:
+                p = _lower_bound(mk, nm, queries[i])
+                if p < nm and mk[p] == queries[i]:
+                    w[i], lv[i], ps[i] = main_words[p], 1, p
+    return words, level, pos
+
+
+def index_merge(const int64_t[::1] keys_a, const int64_t[::1] words_a, const int64_t[::1] keys_b,
+                const int64_t[::1] words_b):
+    """Two sorted, key-disjoint levels of the SSD tier's index as one, tombstones (word < 0)
+    dropped: one pass without the GIL (mxrec_ref.tiers.disk._Index._merge)."""
+    cdef Py_ssize_t na = keys_a.shape[0], nb = keys_b.shape[0], i = 0, j = 0, o = 0
+    keys = np.empty(na + nb, dtype=np.int64)
+    words = np.empty(na + nb, dtype=np.int64)
+    cdef int64_t[::1] k = keys, w = words
+    with nogil:
+        while i < na or j < nb:
+            if j >= nb or (i < na and keys_a[i] < keys_b[j]):
+                if words_a[i] >= 0:
+                    k[o], w[o] = keys_a[i], words_a[i]
+                    o += 1
+                i += 1
+            else:
+                if words_b[j] >= 0:
+                    k[o], w[o] = keys_b[j], words_b[j]
+                    o += 1
+                j += 1
+    return keys[:o].copy() if o < na + nb else keys, words[:o].copy() if o < na + nb else words

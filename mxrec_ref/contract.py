@@ -491,8 +491,9 @@ class TierMoves(ABC):
 
     # The Store hooks the wrapper calls with arguments it has validated, once the rows the call needs
     # are back in memory (Store declares them abstract; named here, not redeclared, so a mixin order
-    # cannot shadow a base class's implementation).
-    STORE_HOOKS = ("_apply", "_apply_result", "_evict", "_import_state")
+    # cannot shadow a base class's implementation).  ``_row_handles``: the wrapper's keys are its own
+    # (already checked), so it skips ``row_handles``' argument check.
+    STORE_HOOKS = ("_apply", "_apply_result", "_evict", "_import_state", "_row_handles")
     device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
     host_heap: type            # the backend's heap of TIER-5's order (mxrec_ref.tiers.placement.HostOrder), TIER-12
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
@@ -509,9 +510,16 @@ class TierMoves(ABC):
         """``_lookup`` given the batch's ``_dedup``, so that a tiered lookup dedups once (TIER-12)."""
 
     @abstractmethod
-    def _rows_of(self, keys: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    def _rows_of(self, keys: np.ndarray, rows: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Copies of what ``keys`` (all holding a row) carry to another tier:
-        (values, {slot: values}, counts, last_seen)."""
+        (values, {slot: values}, counts, last_seen).  ``rows``: the keys' ``_row_handles`` when the
+        caller has them, so a backend that locates rows by handle need not probe again."""
+
+    @abstractmethod
+    def _entries_of(self, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, last_seen) of ``keys`` (all holding a row; ``rows``: their ``_row_handles``):
+        what the host order of TIER-5 needs, without copying the rows' values."""
 
     @abstractmethod
     def _drop_rows(self, keys: np.ndarray) -> None:

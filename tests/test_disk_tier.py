@@ -557,3 +557,35 @@ def test_tier_6_take_reads_and_forgets_the_keys_on_disk_in_one_search(tmp_path):
     with pytest.raises(DiskCorruptionError, match="cut short"):
         tier.take(np.array([3, 5]))
     assert tier.keys().tolist() == [3, 5]
+
+
+@pytest.mark.parametrize("case", [
+    test_tier_9_roundtrip_is_bit_exact, test_tier_9_stats_count_records_and_bytes,
+    test_tier_9_compaction_past_the_threshold, test_index_against_a_dict_model,
+    test_tier_6_take_reads_and_forgets_the_keys_on_disk_in_one_search,
+    test_tier_6_record_of_another_key_is_detected, test_tier_6_truncated_file_is_detected,
+    lambda tmp_path: test_tier_6_flipped_byte_is_detected(tmp_path, 4),
+    lambda tmp_path: test_tier_6_flipped_byte_is_detected(tmp_path, RECORD - 1)])
+def test_tier_9_without_the_fast_path_reads_and_the_index_behave_alike(tmp_path, monkeypatch, case):
+    """TIER-9, TIER-6, TIER-10 on the fallbacks: reads by pread spans checked by numpy, the index
+    searched and merged by numpy -- the same rows, errors and statistics as the mapped reads and
+    the C index."""
+    from mxrec_ref.tiers import disk
+    for name in ("RecordMap", "_index_search", "_index_merge"):
+        monkeypatch.setattr(disk, name, None)
+    case(tmp_path)
+
+
+def test_tier_9_a_mapped_file_that_grows_or_is_cut_short_later_reads_right(tmp_path):
+    """TIER-9: the read mapping covers the file's capacity, so records appended after it was made
+    read back; a file cut short after it was made raises DiskCorruptionError (the size is checked
+    before the mapping is touched), not SIGBUS."""
+    tier = tier_in([tmp_path])
+    tier.write(*rows([1, 2]))
+    assert_rows(tier, *rows([1, 2]))         # the mapping is made here
+    tier.write(*rows([3, 4], salt=1))
+    assert_rows(tier, *rows([3, 4], salt=1))
+    os.truncate(tmp_path / "t.000000.ssd", 2 * RECORD + 5)
+    assert_rows(tier, *rows([2]))
+    with pytest.raises(DiskCorruptionError, match=f"offset {2 * RECORD} is cut short"):
+        tier.read([3])

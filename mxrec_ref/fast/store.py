@@ -162,8 +162,11 @@ class FastStore(InMemoryStore, TierMoves):
             return self._core.memory_bytes(allocated)
 
     # ---------------------------------------------------------- tier moves
-    def _rows_of(self, keys):
-        return tiers.rows_of(self._core, self._slot_index, keys)
+    def _rows_of(self, keys, rows=None):
+        return tiers.rows_of(self._core, self._slot_index, keys, rows)
+
+    def _entries_of(self, keys, rows):
+        return tiers.entries_of(self._core, keys, rows)
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._core, keys)

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fast import copy_rows, entries_of, export_entries, remove_keys, row_handles
+from .._fast import copy_rows, entries_at, export_entries, remove_keys, row_handles
 from .._fast import put_rows as _put_rows
 
 
-def rows_of(core, slot_index: dict[str, int], keys: np.ndarray):
-    """Copies of what ``keys`` (all holding a row) carry to another tier:
+def rows_of(core, slot_index: dict[str, int], keys: np.ndarray, rows: np.ndarray | None = None):
+    """Copies of what ``keys`` (all holding a row, at ``rows`` when given) carry to another tier:
     (values, {slot: values}, counts, last_seen)."""
-    rows = row_handles(core, keys)
-    counts, last_seen = entries_of(core, keys)
+    rows = row_handles(core, keys) if rows is None else _int64(rows)
+    counts, last_seen = entries_at(core, rows)
     return (copy_rows(core, rows, -1), {name: copy_rows(core, rows, i) for name, i in slot_index.items()},
             counts, last_seen)
+
+
+def entries_of(core, keys: np.ndarray, rows: np.ndarray):
+    """(counts, last_seen) of ``keys`` (all holding a row), found by their row handles ``rows``:
+    no second probe of the key map."""
+    return entries_at(core, _int64(rows))
 
 
 def drop_rows(core, keys: np.ndarray) -> None:

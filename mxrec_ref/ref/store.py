@@ -122,8 +122,11 @@ class RefStore(InMemoryStore, TierMoves):
         return lookup.row_handles(self._table, keys)                             # EXP-5
 
     # ---------------------------------------------------------- tier moves
-    def _rows_of(self, keys):
-        return tiers.rows_of(self._table, keys)
+    def _rows_of(self, keys, rows=None):
+        return tiers.rows_of(self._table, keys)        # the reference finds rows by key
+
+    def _entries_of(self, keys, rows):
+        return tiers.entries_of(self._table, keys)
 
     def _drop_rows(self, keys) -> None:
         tiers.drop_rows(self._table, keys)

@@ -18,7 +18,12 @@ def rows_of(table: Table, keys: np.ndarray):
     (values, {slot: values}, counts, last_seen)."""
     rows = np.array([table.row_of[k] for k in keys.tolist()], dtype=np.int64)
     return (table.values[rows].copy(), {name: array[rows].copy() for name, array in table.slots.items()},
-            np.array([table.count[k] for k in keys.tolist()], dtype=np.int64),
+            *entries_of(table, keys))
+
+
+def entries_of(table: Table, keys: np.ndarray):
+    """(counts, last_seen) of ``keys`` (all holding a row)."""
+    return (np.array([table.count[k] for k in keys.tolist()], dtype=np.int64),
             np.array([table.last_seen[k] for k in keys.tolist()], dtype=np.int64))
 
 

@@ -53,7 +53,8 @@ class RefDevicePlacement:
     def keys(self) -> np.ndarray:
         return np.array(sorted(self._last_use), dtype=np.int64)
 
-    def contains(self, keys: np.ndarray) -> np.ndarray:
+    def contains(self, keys: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per key: on the device.  ``rows``: the fast twin's saving (the keys' row handles), unused here."""
         return np.array([k in self._last_use for k in keys.tolist()], dtype=bool)
 
     def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -140,9 +141,12 @@ class FastDevicePlacement:
         node = self._lru.node
         return np.sort(node[node[:, 0] >= 0, 1])
 
-    def contains(self, keys: np.ndarray) -> np.ndarray:
+    def contains(self, keys: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Per key: on the device.  ``rows``: the keys' row handles when the caller has them
+        (spares a probe)."""
         keys = np.ascontiguousarray(keys, dtype=np.int64)
-        return self._lru.contains(self._row_handles(keys), keys)
+        rows = self._row_handles(keys) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+        return self._lru.contains(rows, keys)
 
     def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """As the reference's; ``rows``: the keys' rows where the caller knows them (-1 elsewhere:
@@ -204,7 +208,12 @@ class HostOrder:
 
     def take_noted(self) -> np.ndarray:
         """The noted keys, distinct; the note list is emptied."""
-        keys = np.unique(np.concatenate(self._noted)) if self._noted else np.zeros(0, dtype=np.int64)
+        keys = np.sort(np.concatenate(self._noted)) if self._noted else np.zeros(0, dtype=np.int64)
+        if len(keys) > 1:        # a sort and a mask: cheaper than np.unique's hash and sort
+            first = np.empty(len(keys), dtype=bool)
+            first[0] = True
+            np.not_equal(keys[1:], keys[:-1], out=first[1:])
+            keys = keys[first]
         self._noted, self.noted = [], 0
         return keys
 

@@ -61,7 +61,7 @@ class TieredStore(Store):
             raise tier_moves_error(config, backend, inner)
         self._inner = inner
         self.backend_name = inner.backend_name
-        self._device = inner.device_placement(config.device_vocabulary_size, inner.row_handles)
+        self._device = inner.device_placement(config.device_vocabulary_size, inner._row_handles)
         self._disk = None
         self._host_order = None
         if config.ssd_vocabulary_size > 0:
@@ -122,13 +122,14 @@ class TieredStore(Store):
         which checks they still hold their keys (OPT-9): a row that went to disk and came back
         since is found again by key."""
         return self._apply_tiered(keys, mask,
-                                  lambda: self._inner._apply_result(keys, grads, mask, step, handles))
+                                  lambda: self._inner._apply_result(keys, grads, mask, step, handles), handles)
 
-    def _apply_tiered(self, keys, mask, apply) -> int:
+    def _apply_tiered(self, keys, mask, apply, handles=None) -> int:
         """An apply between the tier moves: rows on disk come back first, the host order notes
-        the rows it touched, host memory spills after."""
+        the rows it touched, host memory spills after.  ``handles``: the rows of a lookup
+        result's keys, which spare the disk check a probe of the keys still on the device."""
         self._make_room_on_host()
-        self._bring_back(keys[mask])
+        self._bring_back(keys[mask], None if handles is None else handles[mask])
         applied = apply()
         self._spill_to_disk()
         return applied
@@ -152,13 +153,17 @@ class TieredStore(Store):
         self._inner.set_threshold(threshold)
 
     # ------------------------------------------------------- tier moves
-    def _bring_back(self, keys: np.ndarray) -> None:
+    def _bring_back(self, keys: np.ndarray, rows: np.ndarray | None = None) -> None:
         """Rows of ``keys`` (distinct; padding allowed) that are on disk come back to host memory,
         in key order (TIER-6); a corrupt record raises before anything changed.  One probe of
-        the key map and one search of the disk index."""
+        the key map and one search of the disk index.  ``rows``: row handles of ``keys`` from
+        a lookup result (-1: none): a key the device holds at its handle is in memory, so
+        only the others are probed."""
         if self._disk is None or len(self._disk) == 0 or len(keys) == 0:
             return
-        absent = keys[self._inner.row_handles(keys) < 0]        # a key in memory is not on disk
+        if rows is not None:
+            keys = keys[~self._device.contains(keys, rows)]
+        absent = keys[self._inner._row_handles(keys) < 0]       # a key in memory is not on disk
         if len(absent) == 0:
             return
         on_disk, values, slots, counts, last_seen = self._disk.take(absent)
@@ -196,33 +201,37 @@ class TieredStore(Store):
             order.reset(*self._host_keys())
             return
         keys = order.take_noted()
-        keys = keys[(self._inner.row_handles(keys) >= 0) & ~self._device.contains(keys)]
+        rows = self._inner._row_handles(keys)
+        host = rows >= 0
+        host[host] = ~self._device.contains(keys[host], rows[host])
+        keys, rows = keys[host], rows[host]
         if len(keys):
-            _, _, counts, last_seen = self._inner._rows_of(keys)
-            order.push(keys, counts, last_seen)
+            order.push(keys, *self._inner._entries_of(keys, rows))
 
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
         entries popped from the host order, stale ones dropped (TIER-12).  O(excess +
-        stale entries) -- never a pass over the host rows.  Pops twice what is still needed
-        (stale entries are common) and pushes back the current entries it did not take."""
-        chosen_keys, chosen, taken, last_key = [], [], 0, None
+        stale entries) -- never a pass over the host rows.  Pops an eighth more than is still
+        needed (measured: most popped entries are current, so popping twice as many only pushed
+        half of them back) and pushes back the current entries it did not take."""
+        chosen_keys, chosen_rows, taken, last_key = [], [], 0, None
         while taken < excess:
             need = excess - taken
-            counts, last_seen, keys = self._host_order.pop(2 * need + 64)
+            counts, last_seen, keys = self._host_order.pop(need + need // 8 + 64)
             if len(keys) == 0:
                 raise AssertionError(f"table {self.name!r}: host order lost rows")   # an invariant, not input
             # Two current entries of one key are equal, so they pop one after the other: keep the first.
             fresh = np.ones(len(keys), dtype=bool)
             fresh[1:] = keys[1:] != keys[:-1]
             fresh[0] = keys[0] != last_key
-            fresh &= self._inner.row_handles(keys) >= 0
-            fresh[fresh] = ~self._device.contains(keys[fresh])
+            rows = self._inner._row_handles(keys)
+            fresh &= rows >= 0
+            fresh[fresh] = ~self._device.contains(keys[fresh], rows[fresh])
             at = np.flatnonzero(fresh)
             if len(at) == 0:
                 last_key = keys[-1]
                 continue
-            values, slots, now_counts, now_seen = self._inner._rows_of(keys[at])
+            now_counts, now_seen = self._inner._entries_of(keys[at], rows[at])
             current = (now_counts == counts[at]) & (now_seen == last_seen[at])
             keep = np.flatnonzero(current)[:need]
             if len(keep) == need and keep[-1] + 1 < len(at):       # current entries past the last one taken
@@ -234,14 +243,10 @@ class TieredStore(Store):
             at = at[keep]
             taken += len(at)
             chosen_keys.append(keys[at])
-            chosen.append((values[keep], {name: array[keep] for name, array in slots.items()},
-                           now_counts[keep], now_seen[keep]))
-        keys = np.concatenate(chosen_keys) if chosen_keys else np.zeros(0, np.int64)
-        values = np.concatenate([part[0] for part in chosen]) if chosen else None
-        slots = {name: np.concatenate([part[1][name] for part in chosen]) for name in self.optimizer.slot_names}
-        counts = np.concatenate([part[2] for part in chosen]) if chosen else None
-        last_seen = np.concatenate([part[3] for part in chosen]) if chosen else None
-        return keys, values, slots, counts, last_seen
+            chosen_rows.append(rows[at])
+        keys = np.concatenate(chosen_keys)       # excess > 0: the loop took rows
+        # What the victims carry, fetched once for the rows chosen (their entries were just checked).
+        return (keys, *self._inner._rows_of(keys, np.concatenate(chosen_rows)))
 
     def _spill_to_disk(self) -> Exception | None:
         """SSD mode: move the least frequently used host rows (ties: least
