@@ -70,24 +70,23 @@ cdef inline bint _nonfinite(float x) noexcept nogil:
     return not (x - x == 0)
 
 
-# Each update kernel runs its loop twice over the same float32 operations (OPT-3, OPT-7): first
-# without writing, to find the first row whose update would leave NaN or Inf in its values or a slot,
-# then, only when there is none, writing.  The rows of one apply are distinct (one key, one row), so
-# a row's update reads nothing another row's update writes and the first pass sees exactly what the
-# second would store.  This replaces a copy of every updated row kept to put back after an overflow.
-# Each returns that first row's index j (nothing written) or -1 (updated, hot block written through).
+# Each update kernel runs in one of two modes over the same float32 operations (OPT-3, OPT-7):
+# write=False writes nothing and returns the first j whose update would leave NaN or Inf in row
+# rows[j]'s values or a slot (-1: none) -- fast/optimizers.first_nonfinite; write=True updates the rows
+# and writes them through to the hot block (returns -1) -- apply_update, run only when the check found
+# nothing.  The rows of one apply are distinct (one key, one row), so a row's update reads nothing
+# another row's update writes and the check sees exactly what the update stores: no copy of the rows
+# is kept to put back after an overflow.
 
 def sgd(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
-        float lr, bint decay, float weight_decay):
+        float lr, bint decay, float weight_decay, bint write):
     """g = g + wd * w (when decay); w = w - lr * g."""
     cdef Py_ssize_t k = rows.shape[0], bad
     cdef float* values = _values(core)
     with nogil:
-        bad = _sgd(core, rows, positions, grads, lr, decay, weight_decay, values, False)
-        if bad < 0:
-            _sgd(core, rows, positions, grads, lr, decay, weight_decay, values, True)
-            if k:
-                write_through(core, &rows[0], k)
+        bad = _sgd(core, rows, positions, grads, lr, decay, weight_decay, values, write)
+        if write and k:
+            write_through(core, &rows[0], k)
     return bad
 
 
@@ -123,17 +122,15 @@ cdef Py_ssize_t _sgd(FastCore core, const int64_t[::1] rows, const int64_t[::1] 
 
 
 def adagrad(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
-            float lr, Py_ssize_t accumulator):
+            float lr, Py_ssize_t accumulator, bint write):
     """acc = acc + g*g; w = w - (lr*g) / sqrt(acc)."""
     cdef Py_ssize_t k = rows.shape[0], bad
     cdef float* values = _values(core)
     cdef float* acc_data = _slot_data(core, accumulator)
     with nogil:
-        bad = _adagrad(core, rows, positions, grads, lr, values, acc_data, False)
-        if bad < 0:
-            _adagrad(core, rows, positions, grads, lr, values, acc_data, True)
-            if k:
-                write_through(core, &rows[0], k)
+        bad = _adagrad(core, rows, positions, grads, lr, values, acc_data, write)
+        if write and k:
+            write_through(core, &rows[0], k)
     return bad
 
 
@@ -173,7 +170,7 @@ cdef Py_ssize_t _adagrad(FastCore core, const int64_t[::1] rows, const int64_t[:
 
 def lazy_adam(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
               float beta1, float one_minus_beta1, float beta2, float one_minus_beta2,
-              float lr_t, float epsilon, Py_ssize_t momentum, Py_ssize_t velocity):
+              float lr_t, float epsilon, Py_ssize_t momentum, Py_ssize_t velocity, bint write):
     """m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*(g*g); w = w - (lr_t*m) / (sqrt(v) + eps)."""
     cdef Py_ssize_t k = rows.shape[0], bad
     cdef float* values = _values(core)
@@ -181,11 +178,9 @@ def lazy_adam(FastCore core not None, const int64_t[::1] rows, const int64_t[::1
     cdef float* v_data = _slot_data(core, velocity)
     cdef float[4] scalars = [beta1, one_minus_beta1, beta2, one_minus_beta2]
     with nogil:
-        bad = _lazy_adam(core, rows, positions, grads, scalars, lr_t, epsilon, values, m_data, v_data, False)
-        if bad < 0:
-            _lazy_adam(core, rows, positions, grads, scalars, lr_t, epsilon, values, m_data, v_data, True)
-            if k:
-                write_through(core, &rows[0], k)
+        bad = _lazy_adam(core, rows, positions, grads, scalars, lr_t, epsilon, values, m_data, v_data, write)
+        if write and k:
+            write_through(core, &rows[0], k)
     return bad
 
 
@@ -246,7 +241,7 @@ cdef inline bint _ftrl_step(float* w, float* acc, float* lin, float g, float acc
 
 
 def ftrl_sqrt(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
-              float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear):
+              float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear, bint write):
     """TensorFlow's ApplyFtrlV2 with learning_rate_power = -0.5 (sqrt)."""
     cdef Py_ssize_t k = rows.shape[0], bad
     cdef float* values = _values(core)
@@ -254,11 +249,9 @@ def ftrl_sqrt(FastCore core not None, const int64_t[::1] rows, const int64_t[::1
     cdef float* lin_data = _slot_data(core, linear)
     cdef float[4] scalars = [lr, l1, l2, l2_shrinkage]
     with nogil:
-        bad = _ftrl_sqrt(core, rows, positions, grads, scalars, values, acc_data, lin_data, False)
-        if bad < 0:
-            _ftrl_sqrt(core, rows, positions, grads, scalars, values, acc_data, lin_data, True)
-            if k:
-                write_through(core, &rows[0], k)
+        bad = _ftrl_sqrt(core, rows, positions, grads, scalars, values, acc_data, lin_data, write)
+        if write and k:
+            write_through(core, &rows[0], k)
     return bad
 
 
@@ -312,7 +305,7 @@ def ftrl_accumulate(FastCore core not None, const int64_t[::1] rows, const int64
 
 def ftrl_power(FastCore core not None, const int64_t[::1] rows, const int64_t[::1] positions, const float[:, ::1] grads,
                const float[:, ::1] acc_new, const float[:, ::1] power_new, const float[:, ::1] power_old,
-               float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear):
+               float lr, float l1, float l2, float l2_shrinkage, Py_ssize_t accum, Py_ssize_t linear, bint write):
     """ApplyFtrlV2 for any learning_rate_power, given acc^-power after and
     before the step (computed by numpy, see the module doc)."""
     cdef Py_ssize_t k = rows.shape[0], bad
@@ -322,12 +315,9 @@ def ftrl_power(FastCore core not None, const int64_t[::1] rows, const int64_t[::
     cdef float[4] scalars = [lr, l1, l2, l2_shrinkage]
     with nogil:
         bad = _ftrl_power(core, rows, positions, grads, acc_new, power_new, power_old, scalars, values, acc_data,
-                          lin_data, False)
-        if bad < 0:
-            _ftrl_power(core, rows, positions, grads, acc_new, power_new, power_old, scalars, values, acc_data,
-                        lin_data, True)
-            if k:
-                write_through(core, &rows[0], k)
+                          lin_data, write)
+        if write and k:
+            write_through(core, &rows[0], k)
     return bad
 
 

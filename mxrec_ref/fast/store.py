@@ -102,10 +102,11 @@ class FastStore(InMemoryStore, TierMoves):
     def _apply(self, keys, grads, mask, step, handles=None) -> int:
         core = self._core
         positions, rows = optimizers.resolve_rows(core, keys, mask, handles)      # OPT-2, OPT-9
-        # The kernels check the whole update before writing any of it (OPT-3).
-        bad = optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
+        # The whole update is checked before any of it is written (OPT-3).
+        bad = optimizers.first_nonfinite(self.optimizer, core, self._slot_index, rows, positions, grads, step)
         if bad >= 0:
             raise self._overflow_error(int(keys[positions[bad]]))
+        optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
         self._count_applied(len(keys), len(rows))                                 # STAT-5
         return len(rows)
 
