@@ -189,11 +189,11 @@ class TableConfig:
 
     @property
     def key_min(self) -> int:
-        return int(np.iinfo(self.key_dtype).min)
+        return _key_bounds(self.key_dtype)[0]
 
     @property
     def key_max(self) -> int:
-        return int(np.iinfo(self.key_dtype).max)
+        return _key_bounds(self.key_dtype)[1]
 
     def default_row(self) -> np.ndarray:
         """What a non-admitted or padding key returns (ADM-5)."""
@@ -244,3 +244,10 @@ def reject_unknown_parameters(cls, subject):
 
 
 reject_unknown_parameters(TableConfig, lambda args, kwargs: f"table {kwargs.get('name', args[0] if args else '?')!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def _key_bounds(key_dtype: str) -> tuple[int, int]:
+    """(min, max) of a key dtype: read on every lookup's key check (CON-2), so np.iinfo runs once."""
+    info = np.iinfo(key_dtype)
+    return int(info.min), int(info.max)

@@ -169,6 +169,43 @@ class SubclassedClickModel(TableTraining, keras.Model):
         return self.head(self.table(ids))
 
 
+def _twin_layers(backend, prefix):
+    return [Embedding(3, name=f"{prefix}{i}", backend=backend, optimizer=mxrec_ref.Adagrad(0.1), initializer=UNIFORM)
+            for i in range(3)]
+
+
+def _three_layer_step(layers, ids):
+    once, other, twice = layers
+    with TableGradientTape() as tape:
+        loss = (tf.reduce_sum(once(ids, training=True) ** 2) + tf.reduce_sum(other(ids[:2], training=True))
+                + tf.reduce_sum(twice(ids, training=True) * 3.0) + tf.reduce_sum(twice(ids[1:], training=True)))
+    return tape.gradient_and_apply(loss, [])[1]
+
+
+def test_keras_12_one_apply_op_for_every_layer_reusing_its_lookup_result(backend, monkeypatch):
+    """Every layer's apply runs in one op; a layer looked up once applies with that lookup's result (no
+    second dedup), a layer looked up twice by key; the state is what applies by key give, bit for bit."""
+    ids = tf.constant([4, 1, 4, 9, 1, 2], tf.int64)
+    graph = tf.function(_three_layer_step).get_concrete_function(_twin_layers(backend, "k12g"), ids).graph
+    applies = [op for op in graph.get_operations() if op.type in ("PyFunc", "EagerPyFunc") and "sparse_apply" in op.name]
+    assert len(applies) == 1
+    reused, by_key = _twin_layers(backend, "k12r"), _twin_layers(backend, "k12k")
+    seen = {}
+    for layer in reused:
+        original = layer.store.apply_gradients
+        monkeypatch.setattr(layer.store, "apply_gradients", lambda result, *a, _o=original, _n=layer.name, **k:
+                            seen.setdefault(_n, []).append(type(result).__name__) or _o(result, *a, **k))
+    for layer in by_key:
+        monkeypatch.setattr(layer.kept_results, "take_for", lambda token, keys: None)
+    step = tf.function(_three_layer_step)
+    for _ in range(2):
+        assert int(step(reused, ids)) == int(step(by_key, ids)) == 4 + 2 + 4
+    assert seen == {"k12r0": ["LookupResult"] * 2, "k12r1": ["LookupResult"] * 2, "k12r2": ["ndarray"] * 2}
+    for mine, theirs in zip(reused, by_key):
+        assert mine.store.export().differences(theirs.store.export()) == []
+        assert mine.store.stats() == theirs.store.stats()
+
+
 def test_keras_2_sequential_and_the_mixin_train_their_tables():
     log = synthetic_click_log(512, seed=5)
     sequential = mxrec_ref.keras.Sequential([keras.Input((12,), dtype="int64"),

@@ -269,7 +269,7 @@ def test_be_1_the_fast_kernels_are_the_compiled_ones(request):
     assert Path(_fast.__file__).suffix in {".so", ".pyd"}, _fast.__file__
     kernels = [lookup.dedup, lookup.gather, lookup.position_stats, lookup.row_handles, admission.plan_train,
                admission.commit_train, eviction.expired_keys, eviction.remove_keys, optimizers.resolve_rows,
-               optimizers.first_nonfinite, _fast.mix_bits, _fast.uniform_rows, _fast.crc32_records,
+               optimizers.adagrad, optimizers.sgd, optimizers.ftrl_sqrt, _fast.mix_bits, _fast.uniform_rows, _fast.crc32_records,
                _fast.hot_candidates]
     for kernel in kernels:
         assert type(kernel).__name__ == "cython_function_or_method" and kernel.__module__ == "mxrec_ref._fast", kernel

@@ -102,28 +102,16 @@ class FastStore(InMemoryStore, TierMoves):
     def _apply(self, keys, grads, mask, step, handles=None) -> int:
         core = self._core
         positions, rows = optimizers.resolve_rows(core, keys, mask, handles)      # OPT-2, OPT-9
-        # The kernels update in place: keep the rows to put back if the update overflows (OPT-3).
-        saved = self._backup_buffer(len(rows))
-        optimizers.save_rows(core, rows, saved)
-        optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
-        bad = optimizers.first_nonfinite(core, rows)
+        # The whole update is checked before any of it is written (OPT-3).
+        bad = optimizers.first_nonfinite(self.optimizer, core, self._slot_index, rows, positions, grads, step)
         if bad >= 0:
-            optimizers.restore_rows(core, rows, saved)
             raise self._overflow_error(int(keys[positions[bad]]))
+        optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
         self._count_applied(len(keys), len(rows))                                 # STAT-5
         return len(rows)
 
     def _apply_result(self, keys, grads, mask, step, handles) -> int:
         return self._apply(keys, grads, mask, step, handles)                      # OPT-9
-
-    def _backup_buffer(self, n: int) -> np.ndarray:
-        """A reused [1 + slots, >= n, dim] buffer for _apply's copy of the rows
-        it updates (a fresh one per call costs page faults)."""
-        buffer = getattr(self, "_backup", None)
-        if buffer is None or buffer.shape[1] < n:
-            capacity = max(n, 2 * (0 if buffer is None else buffer.shape[1]), 1024)
-            buffer = self._backup = np.empty((1 + len(self._slot_index), capacity, self.config.dim), np.float32)
-        return buffer
 
     # ------------------------------------------------------------ eviction
     def _evict(self, now):

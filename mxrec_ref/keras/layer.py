@@ -6,7 +6,8 @@ tests live side by side.  A batch is one ``tf.numpy_function`` per table: one
 store lookup for the batch's unique keys.  The output is built from the unique
 rows with the inverse index, so the gradient of the loss with respect to the
 rows is the gradient summed per unique key, which ``TableGradientTape`` sends
-to the store (training.py).
+to the store (tape.py: one op for every layer, reusing each lookup's result,
+KERAS-12).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ..config import Initializer, TableConfig
 from ..errors import ConfigError, UsageError
 from ..optimizers import SparseOptimizer, optimizer_from_description
 from ..tf.lookup_limit import count_lookup
-from ..tf.table import initializer_from_tf
+from ..tf.table import NO_RESULT, KeptResults, initializer_from_tf
 from . import ids as ids_module
 from .tracking import TableCheckpoint
 from .tape import TrainingLookup, active_tape
@@ -77,6 +78,7 @@ class Embedding(keras.layers.Layer):
         self.optimizer = self.store.optimizer
         self.train_lookups_run = 0          # the step of a training lookup when the tape gives none (KERAS-3)
         self._step_lock = threading.Lock()
+        self.kept_results = KeptResults()   # training lookup results awaiting their apply (KERAS-12)
         self.supports_jit = False           # a numpy_function cannot be XLA-compiled
         self.serving = None                 # (StaticHashTable, rows variable) while exporting (KERAS-9)
         self.table_checkpoint = TableCheckpoint(self)   # tf.train.Checkpoint's view of the table (KERAS-7)
@@ -140,15 +142,17 @@ class Embedding(keras.layers.Layer):
                 raise UsageError(f"table {self.table_name!r}: timestamp: must be an integer tensor, got "
                                  f"{timestamp.dtype.name}")
             stamp = tf.reduce_max(tf.cast(timestamp, tf.int64))
-        unique_keys, rows, inverse, step_used = tf.numpy_function(
+        unique_keys, rows, inverse, step_used, token = tf.numpy_function(
             self._lookup_batch if training else self._eval_batch, [keys, step, stamp],
-            [tf.int64, tf.float32, tf.int64, tf.int64], stateful=True, name=f"{self.table_name}_store_lookup")
+            [tf.int64, tf.float32, tf.int64, tf.int64, tf.int64], stateful=True,
+            name=f"{self.table_name}_store_lookup")
         unique_keys.set_shape([None])
         rows.set_shape([None, self.dim])
         inverse.set_shape(keys.shape)
         step_used.set_shape([])
+        token.set_shape([])
         if training:
-            tape.record(TrainingLookup(self, unique_keys, rows, step_used))
+            tape.record(TrainingLookup(self, unique_keys, rows, step_used, token))
         return ids_module.assemble(layout, rows, inverse, self.combiner, self.dim)
 
     def _lookup_batch(self, keys, step, stamp):
@@ -158,21 +162,19 @@ class Embedding(keras.layers.Layer):
                 step = self.train_lookups_run
             result = self.store.lookup(keys, train=True, step=step, timestamp=None if stamp < 0 else int(stamp))
             self.train_lookups_run += 1
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(step)
+        token = self.kept_results.keep(result)
+        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(step), np.int64(token)
 
     def _eval_batch(self, keys, step, stamp):
         result = self.store.lookup(keys, train=False)
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(-1)
+        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(-1), np.int64(NO_RESULT)
 
-    def apply_gradient_op(self, unique_keys, grad_rows, step):
-        """The store's apply of one training lookup's gradient (one numpy_function)."""
-        if isinstance(grad_rows, tf.IndexedSlices):
-            grad_rows = tf.convert_to_tensor(grad_rows)
-        return tf.numpy_function(self._apply, [unique_keys, tf.cast(grad_rows, tf.float32), step], tf.int64,
-                                 stateful=True, name=f"{self.table_name}_sparse_apply")
-
-    def _apply(self, keys, grads, step):
-        return np.int64(self.store.apply_gradients(keys, grads, step=int(step)))
+    def apply_kept(self, keys, grads, step, token) -> int:
+        """The store's apply of this layer's gradient rows for ``keys`` (KERAS-2), run inside the tape's
+        one apply op: with the lookup's kept result when ``token`` names the lookup whose unique keys
+        these are, else by key; the same state bit for bit either way (OPT-9, KERAS-12)."""
+        result = self.kept_results.take_for(int(token), keys)
+        return self.store.apply_gradients(keys if result is None else result, grads, step=int(step))
 
     # ------------------------------------------------------- checkpointing
     def save_own_variables(self, store):

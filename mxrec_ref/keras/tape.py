@@ -14,7 +14,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import tensorflow as tf
+
+from ..tf.table import NO_RESULT
 
 _ACTIVE = threading.local()
 
@@ -31,6 +34,7 @@ class TrainingLookup:
     unique_keys: object     # int64 [u]
     rows: object            # float32 [u, dim], watched by the tape
     step: object            # int64 scalar: the step the lookup used
+    token: object           # int64 scalar: the layer's kept result of this lookup (KERAS-12)
 
 
 class TableGradientTape(tf.GradientTape):
@@ -41,7 +45,8 @@ class TableGradientTape(tf.GradientTape):
     training lookups (KERAS-3).  After the forward pass,
     ``gradient_and_apply(loss, variables)`` returns the gradients of ``variables``
     (apply them with a Keras optimizer) and applies the tables' gradients: one
-    store call per layer, the gradients of all its lookups concatenated.
+    store call per layer, the gradients of all its lookups concatenated, every
+    layer's in one op (KERAS-12).
     """
 
     def __init__(self, step=None, persistent: bool = False):
@@ -70,8 +75,8 @@ class TableGradientTape(tf.GradientTape):
 
     def gradient_and_apply(self, loss, variables=()):
         """(gradients of ``variables``, applied): every table looked up under this tape
-        receives its gradient rows in one store call per lookup; ``applied`` is the
-        int64 count of rows updated (a tensor; the applies run in the same step)."""
+        receives its gradient rows in one store call (KERAS-2), all of them in one op (KERAS-12);
+        ``applied`` is the int64 count of rows updated (a tensor; the applies run in the same step)."""
         variables = list(variables)
         grads = self.gradient(loss, variables + [lookup.rows for lookup in self.lookups])
         dense, sparse = grads[:len(variables)], grads[len(variables):]
@@ -79,12 +84,30 @@ class TableGradientTape(tf.GradientTape):
         for lookup, grad in zip(self.lookups, sparse):
             if grad is not None:
                 by_layer.setdefault(id(lookup.layer), []).append((lookup, tf.convert_to_tensor(grad)))
-        applied = []
-        for pairs in by_layer.values():
-            layer = pairs[0][0].layer
-            keys = tf.concat([lookup.unique_keys for lookup, _ in pairs], axis=0)
-            rows = tf.concat([grad for _, grad in pairs], axis=0)
-            step = tf.reduce_max(tf.stack([lookup.step for lookup, _ in pairs]))
-            applied.append(layer.apply_gradient_op(keys, rows, step))
-        total = tf.add_n(applied) if applied else tf.constant(0, tf.int64)
-        return dense, total
+        if not by_layer:
+            return dense, tf.constant(0, tf.int64)
+        return dense, tf.reduce_sum(_apply_op(list(by_layer.values())))
+
+
+def _apply_op(layers: list[list]) -> tf.Tensor:
+    """One numpy_function applying every layer's gradient (KERAS-12), the layers in the order of their
+    first lookups under the tape: per layer its lookups' unique keys and gradient rows concatenated, the
+    latest step, and its lookup's result token when it looked up once (the apply then reuses that
+    lookup's dedup and row handles); several lookups are merged by key (OPT-1).  Returns the rows each
+    layer updated, int64 [layers]."""
+    inputs, owners = [], []
+    for pairs in layers:
+        owners.append(pairs[0][0].layer)
+        lookups = [lookup for lookup, _ in pairs]
+        inputs += [tf.concat([lookup.unique_keys for lookup in lookups], axis=0),
+                   tf.cast(tf.concat([grad for _, grad in pairs], axis=0), tf.float32),
+                   tf.reduce_max(tf.stack([lookup.step for lookup in lookups])),
+                   lookups[0].token if len(lookups) == 1 else tf.constant(NO_RESULT, tf.int64)]
+
+    def apply(*values):
+        return np.array([layer.apply_kept(*values[4 * i:4 * i + 4]) for i, layer in enumerate(owners)],
+                        dtype=np.int64)
+
+    applied = tf.numpy_function(apply, inputs, tf.int64, stateful=True, name="sparse_apply")
+    applied.set_shape([len(owners)])
+    return applied

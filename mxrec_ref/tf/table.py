@@ -59,11 +59,7 @@ class SparseTable:
         self._store = None
         self.all2all_gradients_op = "sum_gradients"   # create_table sets it; it matters on several ranks (SHARD-5)
         self._store_lock = threading.Lock()
-        # token -> a training LookupResult awaiting its apply (TF-18); bounded, so a training lookup
-        # whose apply never runs (a step that only fetches the loss) costs nothing lasting
-        self._results: collections.OrderedDict = collections.OrderedDict()
-        self._tokens = itertools.count()
-        self._results_lock = threading.Lock()
+        self._kept = KeptResults()      # training lookup results awaiting their applies (TF-18)
         self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
         self.last_train_step = 0
         self.config = TableConfig(**self._config_args)   # validates now, not at first run
@@ -147,23 +143,13 @@ class SparseTable:
         return result, step
 
     def keep_result(self, result: LookupResult) -> int:
-        """Keep a training lookup's result for the apply of its gradient (TF-18); returns its token,
-        which the lookup op outputs and the apply op takes as an input.  Only what the apply reads is
-        kept (keys, admitted flags, row handles), not the rows or the inverse."""
-        slim = dataclasses.replace(result, rows=_NO_ROWS, inverse=_NO_INVERSE)
-        with self._results_lock:
-            token = next(self._tokens)
-            self._results[token] = slim
-            while len(self._results) > KEPT_RESULTS:
-                self._results.popitem(last=False)
-        return token
+        """Keep a training lookup's result for the apply of its gradient (TF-18); returns its token."""
+        return self._kept.keep(result)
 
-    def take_result(self, token: int) -> LookupResult | None:
-        """The result kept under ``token``, removed, or None (no token, or dropped as the oldest)."""
-        if token < 0:
-            return None
-        with self._results_lock:
-            return self._results.pop(int(token), None)
+    def take_result_for(self, token: int, keys) -> LookupResult | None:
+        """The result kept under ``token``, removed, when its unique keys are the gradient's ``keys``;
+        else None (TF-18)."""
+        return self._kept.take_for(token, keys)
 
     def continue_clock(self, lookups_run: int | None) -> None:
         """After a restore, training lookups in a graph without a global step go on
@@ -189,6 +175,45 @@ class SparseTable:
 
     def __repr__(self):
         return f"SparseTable({self.table_name!r}, dim={self.emb_size}, size={self.size()})"
+
+
+class KeptResults:
+    """One table's training lookup results awaiting their applies (TF-18, KERAS-12), by token: the
+    lookup op outputs the token, the apply op takes it as an input and the apply reuses the result
+    (its unique keys and row handles) instead of deduplicating and probing again.  Bounded, so a
+    training lookup whose apply never runs (a step that only fetches the loss) costs nothing lasting.
+    Only what the apply reads is kept (keys, admitted flags, row handles), not the rows or the inverse."""
+
+    def __init__(self, limit: int = KEPT_RESULTS):
+        self._results: collections.OrderedDict = collections.OrderedDict()
+        self._tokens = itertools.count()
+        self._lock = threading.Lock()
+        self._limit = limit
+
+    def keep(self, result: LookupResult) -> int:
+        """Keep ``result``; returns its token (>= 0)."""
+        slim = dataclasses.replace(result, rows=_NO_ROWS, inverse=_NO_INVERSE)
+        with self._lock:
+            token = next(self._tokens)
+            self._results[token] = slim
+            while len(self._results) > self._limit:
+                self._results.popitem(last=False)
+        return token
+
+    def take(self, token: int) -> LookupResult | None:
+        """The result kept under ``token``, removed, or None (NO_RESULT, or dropped as the oldest)."""
+        if token < 0:
+            return None
+        with self._lock:
+            return self._results.pop(int(token), None)
+
+    def take_for(self, token: int, keys) -> LookupResult | None:
+        """``take``, kept only when its unique keys are ``keys`` (the gradient's): else None, and the
+        apply goes by key."""
+        result = self.take(token)
+        if result is not None and not np.array_equal(result.unique_keys, keys):
+            return None
+        return result
 
 
 _NO_ROWS = np.zeros((0, 0), np.float32)

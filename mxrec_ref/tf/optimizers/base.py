@@ -135,9 +135,7 @@ def _apply_table(table: SparseTable, keys, values, step, token) -> int:
     """One table's store apply: with the lookup's result when its token still names one whose unique
     keys these are (TF-18: no second dedup, the lookup's row handles), else with the keys; both give
     the same state bit for bit (OPT-9)."""
-    result = table.take_result(int(token))
-    if result is not None and not np.array_equal(result.unique_keys, keys):
-        result = None
+    result = table.take_result_for(int(token), keys)
     try:
         return table.store.apply_gradients(keys if result is None else result, values, step=int(step))
     except MxrecError as error:
