@@ -12,10 +12,13 @@ from .checks import assert_unchanged, keys, make_store, snapshot
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 
-def _trained(backend, optimizer=None, **extra):
+def _trained(backend, optimizer=None, *, thresholds=True, **extra):
+    """A small trained table; ``thresholds=False`` for tests of file handling, where pending keys are not
+    the point, so that a backend without admission (CON-11) runs them too."""
     extra.setdefault("device_vocabulary_size", 32)
-    store = make_store(backend, optimizer or LazyAdam(learning_rate=0.1), access_threshold=2,
-                       eviction_threshold=10, **extra)
+    if thresholds:
+        extra.update(access_threshold=2, eviction_threshold=10)
+    store = make_store(backend, optimizer or LazyAdam(learning_rate=0.1), **extra)
     for step in range(3):
         result = store.lookup(keys(1, 1, 2, 3, 3, 40 + step, 2**62), step=step)
         store.apply_gradients(result, np.full((len(result.unique_keys), 4), 0.1 * (step + 1)), step=step)
@@ -287,7 +290,7 @@ def _bare_save_errors(store, tmp_path):
 
 
 def test_ckpt_10_io_errors_are_checkpoint_errors_naming_table_and_path(backend, tmp_path):
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     before = snapshot(store)
     for call, pattern in _bare_save_errors(store, tmp_path):
         with pytest.raises(CheckpointError, match=r"table 't': " + pattern):
@@ -299,7 +302,7 @@ def test_ckpt_10_a_failed_save_leaves_the_old_table_and_no_temporary_folder(back
     """A full disk (ENOSPC) in the middle of a save: CheckpointError with the
     OSError as its cause; the table folder holds the old version; nothing else."""
     import errno
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     store.save(tmp_path)
     saved = store.export()
     store.lookup(keys(21, 22), step=9)
@@ -313,7 +316,7 @@ def test_ckpt_10_a_failed_save_leaves_the_old_table_and_no_temporary_folder(back
         store.save(tmp_path)
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
-    fresh = _trained(backend)
+    fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert fresh.export().differences(saved) == []
 
@@ -329,7 +332,7 @@ def _dead_pid() -> str:
 def test_ckpt_10_a_save_removes_temporary_folders_of_dead_processes(backend, tmp_path):
     import os
 
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     store.save(tmp_path)
     dead = _dead_pid()
     alive = str(os.getppid())
@@ -346,7 +349,7 @@ def test_ckpt_10_a_save_removes_temporary_folders_of_dead_processes(backend, tmp
 def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path, monkeypatch):
     """Deterministically: while a load reads the table, another save replaces
     (and deletes) the version it opened; the load reads the new version whole."""
-    old, new = _trained(backend), _trained(backend)
+    old, new = _trained(backend, thresholds=False), _trained(backend, thresholds=False)
     new.lookup(keys(30, 31), step=9)
     old.save(tmp_path)
     read_at, interfered = checkpoint._read_at, []
@@ -358,7 +361,7 @@ def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path,
         return read_at(fd, name)
 
     monkeypatch.setattr(checkpoint, "_read_at", read_and_interfere)
-    fresh = _trained(backend)
+    fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert interfered and fresh.export().differences(new.export()) == []
 
@@ -368,12 +371,12 @@ def test_ckpt_8_a_switch_killed_between_two_renames_still_loads(backend, tmp_pat
     killed between the renames: no table folder, the old version aside and the
     new one under its temporary name. load recovers the old one; the next
     save puts a table back."""
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     store.save(tmp_path)
     dead = _dead_pid()
     (tmp_path / "t").rename(tmp_path / f".t.old-{dead}")
     (tmp_path / f".t.writing-{dead}").mkdir()
-    fresh = _trained(backend)
+    fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert fresh.export().differences(store.export()) == []
     store.lookup(keys(40), step=9)
