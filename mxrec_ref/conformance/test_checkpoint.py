@@ -25,8 +25,9 @@ def _trained(backend, optimizer=None, *, thresholds=True, **extra):
     return store
 
 
-def test_ckpt_1_layout_matches_mxrec(backend, tmp_path):
-    store = _trained(backend)
+@pytest.mark.parametrize("thresholds", [True, False], ids=["pending-keys", "no-admission"])
+def test_ckpt_1_layout_matches_mxrec(backend, tmp_path, thresholds):
+    store = _trained(backend, thresholds=thresholds)
     path = store.save(tmp_path)
     state = store.export()
     n = len(state.keys)
@@ -43,13 +44,14 @@ def test_ckpt_1_layout_matches_mxrec(backend, tmp_path):
     assert meta["clock"] == 2 and meta["optimizer"]["kind"] == "LazyAdam"
 
 
+@pytest.mark.parametrize("thresholds", [True, False], ids=["pending-keys", "no-admission"])
 @pytest.mark.parametrize("optimizer", [None, Adagrad(), Ftrl(l1_regularization_strength=0.01)])
-def test_ckpt_2_round_trip_both_ways(backend, tmp_path, optimizer):
-    store = _trained(backend, optimizer)
+def test_ckpt_2_round_trip_both_ways(backend, tmp_path, optimizer, thresholds):
+    store = _trained(backend, optimizer, thresholds=thresholds)
     store.save(tmp_path)
     for target in ("ref", "fast") if backend == "fast" else ("ref",):
-        other = make_store(target, optimizer or LazyAdam(learning_rate=0.1), access_threshold=2,
-                           eviction_threshold=10, device_vocabulary_size=32)
+        other = make_store(target, optimizer or LazyAdam(learning_rate=0.1), device_vocabulary_size=32,
+                           **(dict(access_threshold=2, eviction_threshold=10) if thresholds else {}))
         other.load(tmp_path)
         assert other.export().differences(store.export()) == []
 
@@ -74,9 +76,11 @@ def test_ckpt_4_save_replaces_whole_table(backend, tmp_path):
     assert fresh.export().keys.tolist() == [9]
 
 
-def test_ckpt_5_bad_checkpoints_change_nothing(backend, tmp_path):
-    _trained(backend).save(tmp_path / "good")
-    store = _trained(backend)
+@pytest.mark.parametrize("thresholds", [True, False], ids=["pending-keys", "no-admission"])
+def test_ckpt_5_bad_checkpoints_change_nothing(backend, tmp_path, thresholds):
+    _trained(backend, thresholds=thresholds).save(tmp_path / "good")
+    store = _trained(backend, thresholds=thresholds)
+    extra = dict(access_threshold=2, eviction_threshold=10) if thresholds else {}
     store.lookup(keys(77, 77), step=5)
     before = snapshot(store)
     with pytest.raises(CheckpointError, match=r"no table 'other'.*tables present: \['t'\]"):
@@ -86,11 +90,11 @@ def test_ckpt_5_bad_checkpoints_change_nothing(backend, tmp_path):
     with pytest.raises(CheckpointError, match="optimizer"):
         make_store(backend, Adagrad()).load(tmp_path / "good")
     with pytest.raises(CapacityError, match="device_vocabulary_size"):
-        small = open_store(TableConfig("t", dim=4, device_vocabulary_size=2, access_threshold=2,
-                                       eviction_threshold=10), LazyAdam(learning_rate=0.1), backend=backend)
+        small = open_store(TableConfig("t", dim=4, device_vocabulary_size=2, **extra), LazyAdam(learning_rate=0.1),
+                           backend=backend)
         small.load(tmp_path / "good")
-    int32 = open_store(TableConfig("t", dim=4, key_dtype="int32", device_vocabulary_size=32, access_threshold=2,
-                                   eviction_threshold=10), LazyAdam(learning_rate=0.1), backend=backend)
+    int32 = open_store(TableConfig("t", dim=4, key_dtype="int32", device_vocabulary_size=32, **extra),
+                       LazyAdam(learning_rate=0.1), backend=backend)
     with pytest.raises(CheckpointError, match="key_dtype"):
         int32.load(tmp_path / "good")
     data = tmp_path / "good" / "t" / "embedding" / "slice.data"
