@@ -75,6 +75,24 @@ def test_con_11_what_tfra_cannot_express_raises_not_supported_before_anything():
         store.row_handles([1])
     with pytest.raises(NotSupported, match="weight decay"):
         open_fake_store(_config(), SGD(0.1, weight_decay=1e-3))
+    with pytest.raises(NotSupported, match="^ADM"):
+        store.set_threshold(2)                         # ADM-9 above 1 needs admission
+    assert not store.config.admission_enabled
+    store.set_threshold(0)                             # stop counting: the contract's bookkeeping
+    assert not store.counting
+
+
+def test_be_3_a_collected_store_closes_its_table_with_the_next_call():
+    """A finalizer only queues the table (it may run inside a call holding the pipe); the next call sends it."""
+    import gc
+
+    kept, dropped = open_fake_store(_config()), open_fake_store(_config())
+    server, table = dropped._server, dropped._id
+    del dropped
+    gc.collect()
+    assert table in server.closed_tables
+    kept.size()
+    assert server.closed_tables == []
 
 
 def _report(outcomes, backends=("ref",)):

@@ -20,7 +20,6 @@ import atexit
 import itertools
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import weakref
@@ -87,22 +86,31 @@ class Server:
         self.reader = os.fdopen(from_server_r, "rb")
         self.lock = threading.Lock()
         self.failure: str | None = None
+        # Tables of stores garbage-collected since the last call, closed by the next call: a finalizer
+        # runs wherever GC strikes, possibly inside a call holding the lock, so it only appends here.
+        self.closed_tables: list[int] = []
         self.versions = self.call("hello")[0]
 
     def call(self, op: str, arrays: dict | None = None, **fields) -> tuple[dict, dict]:
         with self.lock:
             if self.failure is not None:
                 raise BackendFailure(self.failure)
-            try:
-                protocol.write_message(self.writer, {"op": op, "fields": fields}, arrays)
-                header, result = protocol.read_message(self.reader)
-            except (OSError, EOFError, ValueError) as error:
-                self.failure = self._death_note(op, error)
-                raise BackendFailure(self.failure) from None
+            while self.closed_tables:
+                self._exchange("close", None, {"table": self.closed_tables.pop()})
+            header, result = self._exchange(op, arrays, fields)
         if not header["ok"]:
             error = header["fields"]
             raise RuntimeError(f"TFRA server: {op}: {error['error']}: {error['message']}")
         return header["fields"], result
+
+    def _exchange(self, op: str, arrays: dict | None, fields: dict) -> tuple[dict, dict]:
+        """One request and its reply; the caller holds the lock."""
+        try:
+            protocol.write_message(self.writer, {"op": op, "fields": fields}, arrays)
+            return protocol.read_message(self.reader)
+        except (OSError, EOFError, ValueError) as error:
+            self.failure = self._death_note(op, error)
+            raise BackendFailure(self.failure) from None
 
     def _death_note(self, op: str, error: Exception) -> str:
         try:
@@ -168,7 +176,7 @@ class TFRAStore(InMemoryStore):
         self._per_key_init = constant is None
         self._server.call("open", table=self._id, dim=self.config.dim, initializer=constant,
                           optimizer=self.optimizer.describe())
-        weakref.finalize(self, _close_table, self._server, self._id)
+        weakref.finalize(self, self._server.closed_tables.append, self._id)
 
     def _check_expressible(self, hot_rows) -> None:
         if self.config.admission_enabled:
@@ -179,6 +187,13 @@ class TFRAStore(InMemoryStore):
             raise NotSupported(NOT_EXPRESSIBLE["hot"])
         if isinstance(self.optimizer, SGD) and self.optimizer.weight_decay is not None:
             raise NotSupported(NOT_EXPRESSIBLE["weight_decay"])
+
+    def set_threshold(self, threshold: int) -> None:
+        """ADM-9: 0 (stop counting) and 1 (admit at the first access) are what TFRA does anyway; a
+        higher threshold would need admission (CON-11), refused before anything changes."""
+        if isinstance(threshold, (int, np.integer)) and not isinstance(threshold, bool) and 1 < threshold < 2**31:
+            raise NotSupported(NOT_EXPRESSIBLE["admission"])
+        super().set_threshold(threshold)
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
@@ -271,14 +286,6 @@ def _dedup(keys: np.ndarray, counts: np.ndarray | None):
     occurrences = np.bincount(inverse, weights=weights, minlength=order.size).astype(np.int64) if keys.size \
         else np.zeros(0, dtype=np.int64)
     return sorted_unique[order], inverse.astype(np.int64), occurrences
-
-
-def _close_table(server: Server, table_id: int) -> None:
-    if server.failure is None and not server.writer.closed:
-        try:
-            server.call("close", table=table_id)
-        except (BackendFailure, RuntimeError, ValueError):
-            pass
 
 
 def open_tfra_store(config, optimizer=None, **options) -> TFRAStore:
