@@ -54,3 +54,12 @@ $(PEERS_VENV)/.installed-stamp: bench/peers/requirements.txt
 .PHONY: bench-peers
 bench-peers: ext $(PEERS_VENV)/.installed-stamp
 	$(PY) bench/peers/run.py $(PEERS_VENV)/bin/python $(PY) $(PEERS_ROUNDS)
+
+# The conformance suite against TFRA's dynamic_embedding (issue 20; spec/contract.md CON-11, spec/backends.md
+# BE-3): TFRA runs in .venv-peers behind mxrec_ref.peers.tfra; the per-rule report (pass, FAIL, n/a and why)
+# is bench/peers/conformance-tfra.txt. Failing rules are TFRA's answer, not a failed build (--failures-ok);
+# a dead TFRA process still fails it (exit 3).
+.PHONY: conformance-peers
+conformance-peers: ext $(PEERS_VENV)/.installed-stamp
+	MXREC_TFRA_PYTHON=$(abspath $(PEERS_VENV))/bin/python $(PY) -m mxrec_ref conformance \
+		--backend mxrec_ref.peers.tfra:open_tfra_store --report bench/peers/conformance-tfra.txt --failures-ok

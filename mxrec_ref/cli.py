@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
                                   "comma-separated for several")
     conformance.add_argument("--deep", action="store_true", help="the deep hypothesis profile (2000 examples)")
     conformance.add_argument("--rules", default="", help="only these rules or prefixes, e.g. ADM,EVI-3 (default: all)")
+    conformance.add_argument("--report", metavar="FILE", default="",
+                             help="also write the per-rule report (pass, FAIL or n/a, and why) to FILE")
+    conformance.add_argument("--failures-ok", action="store_true",
+                             help="exit 0 when rules fail but the report was written (a survey of a third-party "
+                                  "store); a dead backend process still exits 3")
     run = command("run", "run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
     run.add_argument("script", help="the Python script")
     run.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")

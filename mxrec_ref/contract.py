@@ -29,7 +29,7 @@ import numpy as np
 
 from . import checkpoint, hot
 from .config import TableConfig
-from .errors import CapacityError, GradientError, KeyInputError, UsageError
+from .errors import CapacityError, GradientError, KeyInputError, NotSupported, UsageError
 from .optimizers import SGD, SparseOptimizer
 from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
 
@@ -60,6 +60,9 @@ class Store(ABC):
 
     backend_name = "abstract"
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
+    # A backend that cannot express storage tiers at all says why: open_store then raises NotSupported
+    # with this reason for a DDR or SSD table (CON-11) instead of CON-10's UsageError.
+    tiers_not_expressible: str | None = None
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
         if not isinstance(config, TableConfig):
@@ -537,8 +540,11 @@ class TierMoves(ABC):
         """(keys ascending, counts, last_seen) of every key holding a row."""
 
 
-def tier_moves_error(config: TableConfig, backend: str, store: Store) -> UsageError:
-    """CON-10: the error of a DDR or SSD table asked of a backend whose store cannot sit behind the tiers."""
+def tier_moves_error(config: TableConfig, backend: str, store: Store) -> Exception:
+    """CON-10: the error of a DDR or SSD table asked of a backend whose store cannot sit behind the tiers;
+    NotSupported where the backend says it cannot express tiers at all (CON-11)."""
+    if store.tiers_not_expressible:
+        return NotSupported(store.tiers_not_expressible)
     return UsageError(f"table {config.name!r}: host_vocabulary_size: backend {backend!r} "
                       f"({type(store).__name__}) cannot hold a DDR or SSD table: its store does not implement "
                       f"mxrec_ref.contract.TierMoves (spec/contract.md, CON-10); use host_vocabulary_size=0")

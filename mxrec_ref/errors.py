@@ -6,6 +6,7 @@ built-in exception a Python user would catch anyway (ValueError, TypeError,
 RuntimeError, FileNotFoundError), so mxRec-style ``except ValueError`` code
 keeps working.
 """
+import unittest
 
 
 class MxrecError(Exception):
@@ -45,3 +46,16 @@ class DiskFullError(MxrecError, OSError):
 class DiskCorruptionError(MxrecError, OSError):
     """An SSD-tier record failed its checksum, holds another key or is cut
     short; the message names the file and the offset (TIER-6)."""
+
+
+class NotSupported(unittest.SkipTest):
+    """A backend cannot express the rule a call needs (spec/contract.md, CON-11): e.g. a third-party
+    store without count-based admission asked for an ``access_threshold``.  Deliberately not an
+    ``MxrecError``: it is no answer of the store's, and the conformance suite reports the rule as n/a.
+    A ``unittest.SkipTest`` so that test runners skip at once: hypothesis re-raises it without
+    shrinking, pytest and unittest report a skip."""
+
+
+class BackendFailure(RuntimeError):
+    """A backend in another process died or broke its protocol (spec/backends.md, BE-3); the store
+    is unusable from then on.  Not an ``MxrecError`` either: no rule allows it."""

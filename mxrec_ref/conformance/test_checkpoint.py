@@ -12,18 +12,22 @@ from .checks import assert_unchanged, keys, make_store, snapshot
 from .strategies import gradients, key_batches, optimizers, table_configs
 
 
-def _trained(backend, optimizer=None, **extra):
+def _trained(backend, optimizer=None, *, thresholds=True, **extra):
+    """A small trained table; ``thresholds=False`` for tests of file handling, where pending keys are not
+    the point, so that a backend without admission (CON-11) runs them too."""
     extra.setdefault("device_vocabulary_size", 32)
-    store = make_store(backend, optimizer or LazyAdam(learning_rate=0.1), access_threshold=2,
-                       eviction_threshold=10, **extra)
+    if thresholds:
+        extra.update(access_threshold=2, eviction_threshold=10)
+    store = make_store(backend, optimizer or LazyAdam(learning_rate=0.1), **extra)
     for step in range(3):
         result = store.lookup(keys(1, 1, 2, 3, 3, 40 + step, 2**62), step=step)
         store.apply_gradients(result, np.full((len(result.unique_keys), 4), 0.1 * (step + 1)), step=step)
     return store
 
 
-def test_ckpt_1_layout_matches_mxrec(backend, tmp_path):
-    store = _trained(backend)
+@pytest.mark.parametrize("thresholds", [True, False], ids=["pending-keys", "no-admission"])
+def test_ckpt_1_layout_matches_mxrec(backend, tmp_path, thresholds):
+    store = _trained(backend, thresholds=thresholds)
     path = store.save(tmp_path)
     state = store.export()
     n = len(state.keys)
@@ -40,13 +44,14 @@ def test_ckpt_1_layout_matches_mxrec(backend, tmp_path):
     assert meta["clock"] == 2 and meta["optimizer"]["kind"] == "LazyAdam"
 
 
+@pytest.mark.parametrize("thresholds", [True, False], ids=["pending-keys", "no-admission"])
 @pytest.mark.parametrize("optimizer", [None, Adagrad(), Ftrl(l1_regularization_strength=0.01)])
-def test_ckpt_2_round_trip_both_ways(backend, tmp_path, optimizer):
-    store = _trained(backend, optimizer)
+def test_ckpt_2_round_trip_both_ways(backend, tmp_path, optimizer, thresholds):
+    store = _trained(backend, optimizer, thresholds=thresholds)
     store.save(tmp_path)
     for target in ("ref", "fast") if backend == "fast" else ("ref",):
-        other = make_store(target, optimizer or LazyAdam(learning_rate=0.1), access_threshold=2,
-                           eviction_threshold=10, device_vocabulary_size=32)
+        other = make_store(target, optimizer or LazyAdam(learning_rate=0.1), device_vocabulary_size=32,
+                           **(dict(access_threshold=2, eviction_threshold=10) if thresholds else {}))
         other.load(tmp_path)
         assert other.export().differences(store.export()) == []
 
@@ -71,9 +76,11 @@ def test_ckpt_4_save_replaces_whole_table(backend, tmp_path):
     assert fresh.export().keys.tolist() == [9]
 
 
-def test_ckpt_5_bad_checkpoints_change_nothing(backend, tmp_path):
-    _trained(backend).save(tmp_path / "good")
-    store = _trained(backend)
+@pytest.mark.parametrize("thresholds", [True, False], ids=["pending-keys", "no-admission"])
+def test_ckpt_5_bad_checkpoints_change_nothing(backend, tmp_path, thresholds):
+    _trained(backend, thresholds=thresholds).save(tmp_path / "good")
+    store = _trained(backend, thresholds=thresholds)
+    extra = dict(access_threshold=2, eviction_threshold=10) if thresholds else {}
     store.lookup(keys(77, 77), step=5)
     before = snapshot(store)
     with pytest.raises(CheckpointError, match=r"no table 'other'.*tables present: \['t'\]"):
@@ -83,11 +90,11 @@ def test_ckpt_5_bad_checkpoints_change_nothing(backend, tmp_path):
     with pytest.raises(CheckpointError, match="optimizer"):
         make_store(backend, Adagrad()).load(tmp_path / "good")
     with pytest.raises(CapacityError, match="device_vocabulary_size"):
-        small = open_store(TableConfig("t", dim=4, device_vocabulary_size=2, access_threshold=2,
-                                       eviction_threshold=10), LazyAdam(learning_rate=0.1), backend=backend)
+        small = open_store(TableConfig("t", dim=4, device_vocabulary_size=2, **extra), LazyAdam(learning_rate=0.1),
+                           backend=backend)
         small.load(tmp_path / "good")
-    int32 = open_store(TableConfig("t", dim=4, key_dtype="int32", device_vocabulary_size=32, access_threshold=2,
-                                   eviction_threshold=10), LazyAdam(learning_rate=0.1), backend=backend)
+    int32 = open_store(TableConfig("t", dim=4, key_dtype="int32", device_vocabulary_size=32, **extra),
+                       LazyAdam(learning_rate=0.1), backend=backend)
     with pytest.raises(CheckpointError, match="key_dtype"):
         int32.load(tmp_path / "good")
     data = tmp_path / "good" / "t" / "embedding" / "slice.data"
@@ -287,7 +294,7 @@ def _bare_save_errors(store, tmp_path):
 
 
 def test_ckpt_10_io_errors_are_checkpoint_errors_naming_table_and_path(backend, tmp_path):
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     before = snapshot(store)
     for call, pattern in _bare_save_errors(store, tmp_path):
         with pytest.raises(CheckpointError, match=r"table 't': " + pattern):
@@ -299,7 +306,7 @@ def test_ckpt_10_a_failed_save_leaves_the_old_table_and_no_temporary_folder(back
     """A full disk (ENOSPC) in the middle of a save: CheckpointError with the
     OSError as its cause; the table folder holds the old version; nothing else."""
     import errno
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     store.save(tmp_path)
     saved = store.export()
     store.lookup(keys(21, 22), step=9)
@@ -313,7 +320,7 @@ def test_ckpt_10_a_failed_save_leaves_the_old_table_and_no_temporary_folder(back
         store.save(tmp_path)
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"]
-    fresh = _trained(backend)
+    fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert fresh.export().differences(saved) == []
 
@@ -329,7 +336,7 @@ def _dead_pid() -> str:
 def test_ckpt_10_a_save_removes_temporary_folders_of_dead_processes(backend, tmp_path):
     import os
 
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     store.save(tmp_path)
     dead = _dead_pid()
     alive = str(os.getppid())
@@ -346,7 +353,7 @@ def test_ckpt_10_a_save_removes_temporary_folders_of_dead_processes(backend, tmp
 def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path, monkeypatch):
     """Deterministically: while a load reads the table, another save replaces
     (and deletes) the version it opened; the load reads the new version whole."""
-    old, new = _trained(backend), _trained(backend)
+    old, new = _trained(backend, thresholds=False), _trained(backend, thresholds=False)
     new.lookup(keys(30, 31), step=9)
     old.save(tmp_path)
     read_at, interfered = checkpoint._read_at, []
@@ -358,7 +365,7 @@ def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path,
         return read_at(fd, name)
 
     monkeypatch.setattr(checkpoint, "_read_at", read_and_interfere)
-    fresh = _trained(backend)
+    fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert interfered and fresh.export().differences(new.export()) == []
 
@@ -368,12 +375,12 @@ def test_ckpt_8_a_switch_killed_between_two_renames_still_loads(backend, tmp_pat
     killed between the renames: no table folder, the old version aside and the
     new one under its temporary name. load recovers the old one; the next
     save puts a table back."""
-    store = _trained(backend)
+    store = _trained(backend, thresholds=False)
     store.save(tmp_path)
     dead = _dead_pid()
     (tmp_path / "t").rename(tmp_path / f".t.old-{dead}")
     (tmp_path / f".t.writing-{dead}").mkdir()
-    fresh = _trained(backend)
+    fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert fresh.export().differences(store.export()) == []
     store.lookup(keys(40), step=9)

@@ -86,8 +86,10 @@ def test_con_3_errors_name_table_and_parameter(backend):
         store.lookup(keys(1), train="yes", step=0)
 
 
-def test_con_4_failed_calls_change_nothing(backend):
-    store = make_store(backend, device_vocabulary_size=4, access_threshold=2, eviction_threshold=3)
+@pytest.mark.parametrize("thresholds", [True, False], ids=["admission-eviction", "plain"])
+def test_con_4_failed_calls_change_nothing(backend, thresholds):
+    extra = dict(access_threshold=2, eviction_threshold=3) if thresholds else {}
+    store = make_store(backend, device_vocabulary_size=4, **extra)
     store.lookup(keys(1, 1, 2, 3), step=0)
     before = snapshot(store)
     for call in (lambda: store.lookup(keys(10, 10, 11, 11, 12, 12, 13, 13), step=1),  # capacity

@@ -54,6 +54,18 @@ def test_lkp_5_eval_lookup_changes_nothing(backend):
     assert np.array_equal(result.rows[0], before.values[0]) and not result.rows[1:].any()
 
 
+def test_lkp_5_eval_lookup_of_unknown_keys_changes_nothing(backend):
+    store = make_store(backend, device_vocabulary_size=8)
+    store.lookup(keys(1, 2), step=0)
+    before, stats = store.export(), store.stats()
+    result = store.lookup(keys(1, 2, 3, 3), train=False, step=9)
+    assert store.export().differences(before) == []
+    assert {k: v for k, v in store.stats().items() if not k.endswith(("_lookups", "_positions"))} == \
+        {k: v for k, v in stats.items() if not k.endswith(("_lookups", "_positions"))}
+    assert result.admitted.tolist() == [True, True, False]
+    assert np.array_equal(result.rows[:2], before.values) and not result.rows[2:].any()
+
+
 def test_lkp_6_counts_weight_accesses(backend):
     store = make_store(backend, device_vocabulary_size=8, access_threshold=5)
     result = store.lookup(keys(1, 2, 1), counts=[2, 4, 3], step=0)

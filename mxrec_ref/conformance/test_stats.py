@@ -36,6 +36,16 @@ def test_stat_3_position_counters(backend):
     assert (stats["train_lookups"], stats["eval_lookups"]) == (1, 1)
 
 
+def test_stat_3_position_counters_without_admission(backend):
+    """Without a threshold only an evaluation lookup of an unknown key is answered with the default."""
+    store = make_store(backend, device_vocabulary_size=8)
+    store.lookup(keys(1, 1, 2, -1, -1), step=0)
+    store.lookup(keys(1, 5, -1), train=False)
+    stats = store.stats()
+    assert (stats["key_positions"], stats["padding_positions"], stats["default_positions"]) == (5, 3, 1)
+    assert (stats["train_lookups"], stats["eval_lookups"]) == (1, 1)
+
+
 def test_stat_4_admitted_evicted_size(backend):
     store = make_store(backend, device_vocabulary_size=8, access_threshold=1, eviction_threshold=1)
     store.lookup(keys(1, 2, 3), step=0)
@@ -53,3 +63,13 @@ def test_stat_5_gradient_counters(backend):
     store.apply_gradients(keys(1, 1, 7), np.zeros((3, 4)), step=0)
     stats = store.stats()
     assert (stats["grad_applies"], stats["grad_rows_applied"], stats["grad_rows_dropped"]) == (2, 2, 2)
+
+
+def test_stat_5_gradient_counters_without_admission(backend):
+    """Without a threshold only a key that never had a row drops its gradient row."""
+    store = make_store(backend, device_vocabulary_size=8)
+    result = store.lookup(keys(1, 1, 2), step=0)
+    store.apply_gradients(result, np.zeros((2, 4)), step=0)
+    store.apply_gradients(keys(1, 1, 7), np.zeros((3, 4)), step=0)
+    stats = store.stats()
+    assert (stats["grad_applies"], stats["grad_rows_applied"], stats["grad_rows_dropped"]) == (2, 3, 1)
