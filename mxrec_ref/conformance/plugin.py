@@ -3,8 +3,8 @@ under test, and the rule-by-rule report.
 
 Options: ``--mxrec-backend`` (comma-separated: ``ref``, ``fast`` or
 ``module:factory``; default ``ref,fast``) and ``--mxrec-report`` (print the
-table of rules).  Hypothesis profiles: "ci" (bounded, derandomized; default)
-and "deep" (``HYPOTHESIS_PROFILE=deep``).
+table of rules).  Hypothesis profiles: "ci" (bounded, derandomized; default),
+"quick" ("ci" without shrinking, ``HYPOTHESIS_PROFILE=quick``) and "deep" (``HYPOTHESIS_PROFILE=deep``).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import re
 from collections import defaultdict
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from ..backends import available_backends, register_backend
 
@@ -24,6 +24,9 @@ settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("deep", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+# "quick" is "ci" without shrinking: the same examples, a failure reported as first found (less minimal,
+# but without the shrink's minutes): for a fast local loop, not for CI, whose report names the smallest case.
+settings.register_profile("quick", settings.get_profile("ci"), phases=[p for p in Phase if p != Phase.shrink])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 RULE_IN_NAME = re.compile(r"test_([a-z]+)_(\d+)_")
