@@ -1,13 +1,14 @@
-"""`python -m mxrec_ref ARGS` without paying TensorFlow's import each time (CI time, not behaviour).
+"""`python -m mxrec_ref ARGS` or `python SCRIPT ARGS` without paying TensorFlow's import each time
+(CI time, not behaviour).
 
 A test that only needs "run this command, check its exit status, output and files" spends most
 of a fresh subprocess on importing TensorFlow (5-8 s).  A server process here imports
 TensorFlow and `mxrec_ref.cli` once; each command then runs in a process forked from it, with
 its own argv, current folder, environment, stdin from /dev/null and stdout/stderr captured at
 the file-descriptor level (C++ log lines included).  The forked process ends the way
-``python -m mxrec_ref`` does: ``sys.exit(main(argv))`` at the top of the program, so an
-uncaught error prints its traceback with status 1, and interpreter shutdown (threads, atexit,
-sessions closed by their finalizers, the TF-13 watchdog) is real.
+``python -m mxrec_ref`` (``sys.exit(main(argv))``) or ``python SCRIPT`` do, at the top of
+the program: an uncaught error prints its traceback with status 1, and interpreter shutdown
+(threads, atexit, sessions closed by their finalizers, the TF-13 watchdog) is real.
 
 What differs from a fresh process, so tests of these keep a real subprocess: TensorFlow's
 start-up lines are never printed (the server imported it quietly), its C++ log level and the
@@ -37,7 +38,8 @@ MAIN = REPO / "mxrec_ref" / "__main__.py"
 
 class ForkedCli:
     """The client: ``run(args, cwd=..., env=..., timeout=...)`` like ``subprocess.run(
-    [sys.executable, "-m", "mxrec_ref", *args], capture_output=True, text=True, ...)``."""
+    [sys.executable, "-m", "mxrec_ref", *args], capture_output=True, text=True, ...)``, and
+    ``python([script, *args], ...)`` like ``[sys.executable, script, *args]``."""
 
     def __init__(self):
         self._folder = tempfile.mkdtemp(prefix="mxrec-forked-")      # short: a socket path has 108 bytes
@@ -53,6 +55,12 @@ class ForkedCli:
             raise RuntimeError(f"forked_cli server did not start:\n{self._errors.read()[-3000:]}")
 
     def run(self, args, *, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+        return self._request(["-m", "mxrec_ref", *args], cwd, env, timeout)
+
+    def python(self, args, *, cwd=None, env=None, timeout=300) -> subprocess.CompletedProcess:
+        return self._request(args, cwd, env, timeout)
+
+    def _request(self, args, cwd, env, timeout) -> subprocess.CompletedProcess:
         request = {"argv": [str(a) for a in args], "cwd": str(cwd or os.getcwd()),
                    "env": dict(os.environ if env is None else env), "timeout": timeout}
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
@@ -62,7 +70,7 @@ class ForkedCli:
                 stream.write(json.dumps(request).encode() + b"\n")
                 stream.flush()
                 reply = json.loads(stream.readline())
-        command = [sys.executable, "-m", "mxrec_ref", *request["argv"]]
+        command = [sys.executable, *request["argv"]]
         if reply["returncode"] is None:
             raise subprocess.TimeoutExpired(command, timeout, reply["stdout"], reply["stderr"])
         return subprocess.CompletedProcess(command, reply["returncode"], reply["stdout"], reply["stderr"])
@@ -101,7 +109,7 @@ def _serve(socket_path: str):
             connection, _ = listener.accept()
             if os.fork() == 0:
                 listener.close()
-                return _handle(connection)               # in the runner only: what to run
+                return _handle(connection)               # in the runner only: its python argv
             connection.close()
 
 
@@ -161,8 +169,12 @@ def _become_runner(request, out, err) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     tempfile.tempdir = None                              # cached by the server's first use: TMPDIR is the runner's
-    sys.argv = [str(MAIN), *request["argv"]]
-    sys.path[0] = request["cwd"]                         # `python -m` puts the current folder first
+    if request["argv"][:2] == ["-m", "mxrec_ref"]:
+        sys.argv = [str(MAIN), *request["argv"][2:]]
+        sys.path[0] = request["cwd"]                     # `python -m` puts the current folder first
+    else:
+        sys.argv = [os.path.abspath(request["argv"][0]), *request["argv"][1:]]
+        sys.path[0] = os.path.dirname(sys.argv[0])       # `python SCRIPT` puts the script's folder first
 
 
 def _wait(pid: int, timeout: float) -> int | None:
@@ -188,6 +200,10 @@ if __name__ == "__main__":
     argv = _serve(sys.argv[1])
     if argv is None:
         sys.exit(0)
-    from mxrec_ref.cli import main
+    if argv[:2] == ["-m", "mxrec_ref"]:
+        from mxrec_ref.cli import main
 
-    sys.exit(main(argv))
+        sys.exit(main(argv[2:]))
+    import runpy
+
+    runpy.run_path(sys.argv[0], run_name="__main__")
