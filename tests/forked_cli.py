@@ -104,6 +104,7 @@ def _serve(socket_path: str):
         readable, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
         _reap()
         if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
+            _reap(block=True)                            # no orphan handlers (and their CPU time is counted)
             return None
         if listener in readable:
             connection, _ = listener.accept()
@@ -113,9 +114,9 @@ def _serve(socket_path: str):
             connection.close()
 
 
-def _reap() -> None:
+def _reap(block: bool = False) -> None:
     try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
+        while os.waitpid(-1, 0 if block else os.WNOHANG)[0]:
             pass
     except ChildProcessError:
         pass
