@@ -31,9 +31,12 @@ bench: ext
 ext: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
+# pip >= 21.3 installs this pyproject project editable (PEP 660): an older one (a distribution's venv) is
+# upgraded, a newer one kept (the upgrade's download is a good part of a clean clone's install time).
 $(STAMP): setup.py pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' \
+		|| $(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "setuptools>=77" wheel "Cython>=3,<4" "numpy>=2,<3"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
 	touch $@

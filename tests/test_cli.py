@@ -19,12 +19,27 @@ REPO = Path(__file__).resolve().parent.parent
 SMALL = ["--rows", "3000", "--steps", "2", "--eval-every", "2", "--batch-size", "128", "--no-progress"]
 
 
-def _command(*args, cwd=None, env=None, timeout=300):
+def _environment(env):
     environment = {**os.environ, **(env or {})}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     environment.pop("TF_CPP_MIN_LOG_LEVEL", None)          # as a user's shell has it
+    return environment
+
+
+def _command(*args, cwd=None, env=None, timeout=300):
+    """A fresh ``python -m mxrec_ref`` process: for what only a fresh process shows (TensorFlow's
+    start-up lines) and one real run of a TensorFlow command each."""
     return subprocess.run([sys.executable, "-m", "mxrec_ref", *args], capture_output=True, text=True,
-                          cwd=cwd or REPO, env=environment, timeout=timeout)
+                          cwd=cwd or REPO, env=_environment(env), timeout=timeout)
+
+
+@pytest.fixture
+def forked(mxrec_ref_command):
+    """Like _command, in a process forked from one that imported TensorFlow (tests/forked_cli.py)."""
+    def command(*args, cwd=None, env=None, timeout=300):
+        return mxrec_ref_command(args, cwd=cwd or REPO, env=_environment(env), timeout=timeout)
+
+    return command
 
 
 def _lines(text: str) -> list[str]:
@@ -92,9 +107,9 @@ def test_train_prints_no_tensorflow_start_up_lines_and_fits_80_columns(tmp_path)
     assert _scratch(tmp_path) == []                 # the temporary checkpoint folder is gone
 
 
-def test_verbose_shows_the_library_log(tmp_path):
-    result = _command("train", *SMALL, "--verbose", "--storage", "dynamic", "--device-vocabulary-size", "160",
-                      env={"TMPDIR": str(tmp_path)})
+def test_verbose_shows_the_library_log(forked, tmp_path):
+    result = forked("train", *SMALL, "--verbose", "--storage", "dynamic", "--device-vocabulary-size", "160",
+                    env={"TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "mxrec-ref: INFO mxrec_ref.store: table 'deep': capacity grows from 10 to" in result.stderr
     assert "mxrec-ref: INFO mxrec_ref.store: table 'deep': saved" in result.stderr
@@ -110,14 +125,14 @@ def test_the_statistics_table_fits_an_80_column_terminal(monkeypatch, capsys):
 
 
 # ------------------------------------------------------------ user errors: one line, exit 2
-def test_capacity_error_is_one_line_with_exit_2_and_the_cause_on_verbose(tmp_path):
+def test_capacity_error_is_one_line_with_exit_2_and_the_cause_on_verbose(forked, tmp_path):
     args = ["train", "--storage", "hbm", "--device-vocabulary-size", "100", *SMALL]
-    quiet = _command(*args, env={"TMPDIR": str(tmp_path)})
+    quiet = forked(*args, env={"TMPDIR": str(tmp_path)})
     assert quiet.returncode == 2
     assert len(_lines(quiet.stderr)) == 1, quiet.stderr[-3000:]
     assert quiet.stderr.startswith("mxrec-ref train: CapacityError: table ")
     assert "device_vocabulary_size" in quiet.stderr and "Traceback" not in quiet.stderr
-    verbose = _command(*args, "--verbose", env={"TMPDIR": str(tmp_path)})
+    verbose = forked(*args, "--verbose", env={"TMPDIR": str(tmp_path)})
     assert verbose.returncode == 2
     assert "Traceback" in verbose.stderr and "mxrec_ref.errors.CapacityError" in verbose.stderr
     assert _lines(verbose.stderr)[-1].startswith("mxrec-ref train: CapacityError: table ")
@@ -170,19 +185,19 @@ def test_an_unknown_backend_name_is_refused_by_argparse(capsys):
     assert exit_.value.code == 2 and "invalid choice: 'gpu'" in capsys.readouterr().err
 
 
-def test_a_store_error_in_a_run_script_is_one_line_with_exit_2(tmp_path):
+def test_a_store_error_in_a_run_script_is_one_line_with_exit_2(forked, tmp_path):
     script = tmp_path / "script.py"
     script.write_text("from mxrec_ref import TableConfig\nTableConfig('item', dim=0)\n")
-    result = _command("run", str(script), cwd=tmp_path)
+    result = forked("run", str(script), cwd=tmp_path)
     assert result.returncode == 2
     (line,) = _lines(result.stderr)
     assert line.startswith("mxrec-ref run: ConfigError: table 'item': dim")
 
 
-def test_a_bug_in_a_run_script_keeps_its_traceback(tmp_path):
+def test_a_bug_in_a_run_script_keeps_its_traceback(forked, tmp_path):
     script = tmp_path / "script.py"
     script.write_text("raise ValueError('the script is wrong')\n")
-    result = _command("run", str(script), cwd=tmp_path)
+    result = forked("run", str(script), cwd=tmp_path)
     assert result.returncode == 1 and "Traceback" in result.stderr and "the script is wrong" in result.stderr
 
 

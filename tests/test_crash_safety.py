@@ -42,11 +42,13 @@ def _digest(state) -> str:
 
 
 @pytest.mark.parametrize("delay", [0.3, 1.7, 3.1])
-def test_ckpt_8_sigkill_during_saves_leaves_newest_complete_checkpoint(backend, tmp_path, delay):
+def test_ckpt_8_sigkill_during_saves_leaves_newest_complete_checkpoint(forked_python, backend, tmp_path, delay):
     """A child trains and saves every step (big tables, so a save takes a while);
     it is killed after ``delay`` seconds, mid-save or not.  The newest listed
     checkpoint must restore, its tables must equal what the child had at that
-    step (it records a digest after each completed save), and training goes on."""
+    step (it records a digest after each completed save), and training goes on
+    (the killed child is a fresh process; the resuming one is forked from a process
+    that imported TensorFlow, tests/forked_cli.py)."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent), TF_CPP_MIN_LOG_LEVEL="3")
     child = subprocess.Popen([sys.executable, str(CHILD), backend, str(tmp_path), "train"], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -54,8 +56,7 @@ def test_ckpt_8_sigkill_during_saves_leaves_newest_complete_checkpoint(backend, 
     time.sleep(delay)
     child.send_signal(signal.SIGKILL)
     child.wait()
-    result = subprocess.run([sys.executable, str(CHILD), backend, str(tmp_path), "resume"], env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = forked_python([CHILD, backend, tmp_path, "resume"], env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     step, digest, continued = result.stdout.split()
     recorded = tmp_path / f"digest-{step}"

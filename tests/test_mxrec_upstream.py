@@ -24,19 +24,23 @@ def _clean():
     tf_model.fresh_graph()
 
 
-def _run_script(tmp_path, source, *args, env=None, timeout=120, tf_logs=False):
+def _run_script(tmp_path, source, *args, env=None, timeout=120, tf_logs=False, command=None):
+    """`mxrec-ref run SCRIPT ARGS` in ``tmp_path``: through ``command`` (the mxrec_ref_command
+    fixture: forked from a process that imported TensorFlow) or, without it, a fresh process."""
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))
     environment = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
     environment.update({} if tf_logs else {"TF_CPP_MIN_LOG_LEVEL": "3"}, **(env or {}))
+    if command is not None:
+        return command(["run", script, *args], timeout=timeout, cwd=tmp_path, env=environment)
     return subprocess.run([sys.executable, "-m", "mxrec_ref", "run", str(script), *args], capture_output=True,
                           text=True, timeout=timeout, cwd=str(tmp_path), env=environment)
 
 
 # ------------------------------------------------------------ item 1: names
-def test_tf_16_by_address_modules_and_upstream_names(tmp_path):
+def test_tf_16_by_address_modules_and_upstream_names(mxrec_ref_command, tmp_path):
     """The three names whose absence stopped the upstream script at import."""
-    result = _run_script(tmp_path, """
+    result = _run_script(tmp_path, command=mxrec_ref_command, source="""
         import tensorflow as tf
         from mx_rec.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address as lazy_adam_by_address
         from mx_rec.optimizers.adagrad_by_addr import create_hash_optimizer_by_address as adagrad_by_address
@@ -145,14 +149,15 @@ MESSAGES = {"capacity": "CapacityError: table 'item_table': device_vocabulary_si
 
 
 @pytest.fixture(scope="module")
-def failing_runs(tmp_path_factory):
+def failing_runs(mxrec_ref_command, tmp_path_factory):
     """Every failing script of FAILURES, two processes at a time (CI has two cores)."""
     def run(combo):
         # as a user runs it: TensorFlow's own logs on.  The shutdown watchdog's grace is raised: on a loaded
         # machine (CI runs two test processes on two cores) shutdown can pass the default 10 s and the watchdog
         # would turn status 2 into its own status 1; the watchdog has its own test below.
         return combo, _run_script(tmp_path_factory.mktemp("fail"), FAILING_SCRIPT, *combo, timeout=120,
-                                  tf_logs=True, env={"MXREC_REF_SHUTDOWN_GRACE_S": "60"})
+                                  tf_logs=True, env={"MXREC_REF_SHUTDOWN_GRACE_S": "60"},
+                                  command=mxrec_ref_command)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(pool.map(run, FAILURES))
@@ -174,16 +179,17 @@ def test_tf_13_a_failing_store_call_ends_the_script_with_one_line(failing_runs, 
 
 def test_tf_13_a_stuck_shutdown_still_ends(tmp_path):
     """Whatever else keeps the interpreter from finishing (here a thread that never
-    ends), the watchdog armed by the error ends the process with status 1."""
+    ends), the watchdog armed by the error ends the process with status 1 (a fresh
+    process: the one real `mxrec-ref run` of this file)."""
     result = _run_script(tmp_path, FAILING_SCRIPT, "modify_graph", "dynamic", "capacity", "stuck", timeout=120,
                          env={"MXREC_REF_SHUTDOWN_GRACE_S": "2"})
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("mxrec-ref run: " + MESSAGES["capacity"])
 
 
-def test_tf_13_verbose_shows_the_chain(tmp_path):
+def test_tf_13_verbose_shows_the_chain(mxrec_ref_command, tmp_path):
     result = _run_script(tmp_path, FAILING_SCRIPT, "feature_spec", "dynamic", "capacity",
-                         env={"MXREC_REF_VERBOSE": "1"})
+                         env={"MXREC_REF_VERBOSE": "1"}, command=mxrec_ref_command)
     assert result.returncode != 0
     assert "Traceback" in result.stderr and "CapacityError" in result.stderr
 

@@ -194,19 +194,21 @@ def test_shard_14_rank_queries_without_a_launcher():
             hccl_ops.get_device_id()) == (0, 1, 1, 0)
 
 
-def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_batches(tmp_path):
+def test_shard_14_an_mxrec_job_on_two_ranks_equals_one_process_on_the_global_batches(forked_python, tmp_path):
     """Both backends and the `mxrec-ref train` job in one launch each way.  Key sets, counts, last-seen,
     pending keys and size() are bit-identical; rows, slots, dense weights and losses agree within
     rtol 1e-5 / atol 1e-7 (SHARD-9); the dense checkpoint is rank 0's, the sparse one merged.  The "user"
-    table is data-parallel (SHARD-16): replicas under mpirun, the same table as one process's."""
+    table is data-parallel (SHARD-16): replicas under mpirun, the same table as one process's (that one
+    forked from a process that imported TensorFlow, tests/forked_cli.py: no launcher, no MPI)."""
     launcher = mpirun()
     env = dict(os.environ, PYTHONPATH=str(HERE.parent), TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1",
                OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     child = str(HERE / "sharding_tf_child.py")
-    for command in ([launcher, "--oversubscribe", "-np", "2", sys.executable, child, str(tmp_path), "ref,fast"],
-                    [sys.executable, child, str(tmp_path), "ref,fast", "2"]):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, f"{' '.join(command)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    for run in (lambda: subprocess.run([launcher, "--oversubscribe", "-np", "2", sys.executable, child, str(tmp_path),
+                                        "ref,fast"], env=env, capture_output=True, text=True, timeout=240),
+                lambda: forked_python([child, tmp_path, "ref,fast", "2"], env=env, timeout=240)):
+        done = run()
+        assert done.returncode == 0, f"{' '.join(done.args)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     for backend in ("ref", "fast"):
         with np.load(tmp_path / f"{backend}-mpi.npz") as a, np.load(tmp_path / f"{backend}-one.npz") as b:
             real, one = dict(a), dict(b)

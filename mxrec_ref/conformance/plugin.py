@@ -5,8 +5,10 @@ Options: ``--mxrec-backend`` (comma-separated: ``ref``, ``fast`` or
 ``module:factory``; default ``ref,fast``), ``--mxrec-report`` (print the
 table of rules) and ``--mxrec-report-file`` (write it to a file too).  A test
 whose store raises ``NotSupported`` is skipped and its rules reported n/a
-(CON-11); a ``BackendFailure`` fails its test and makes the exit status 3 (BE-3).  Hypothesis profiles: "ci" (bounded, derandomized; default)
-and "deep" (``HYPOTHESIS_PROFILE=deep``).
+(CON-11); a ``BackendFailure`` fails its test and makes the exit status 3 (BE-3).
+Hypothesis profiles: "ci" (bounded, derandomized; default), "quick" ("ci"
+without shrinking, ``HYPOTHESIS_PROFILE=quick``) and "deep"
+(``HYPOTHESIS_PROFILE=deep``).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import re
 from collections import defaultdict
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from ..backends import available_backends, register_backend
 from ..errors import BackendFailure, NotSupported
@@ -27,6 +29,9 @@ settings.register_profile("ci", max_examples=60, deadline=None, derandomize=True
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 settings.register_profile("deep", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+# "quick" is "ci" without shrinking: the same examples, a failure reported as first found (less minimal,
+# but without the shrink's minutes): for a fast local loop, not for CI, whose report names the smallest case.
+settings.register_profile("quick", settings.get_profile("ci"), phases=[p for p in Phase if p != Phase.shrink])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 RULE_IN_NAME = re.compile(r"test_([a-z]+)_(\d+)_")
