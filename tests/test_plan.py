@@ -198,43 +198,46 @@ def tf_train(tmp_path, plans, *, device=None, send_count=None):
 
     tf_model.fresh_graph()
     graph = tf.Graph()
-    with graph.as_default():
-        mx.init(backend="fast", use_dynamic=send_count is None)
-        initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1)
-        tables, specs = {}, []
-        for plan in plans:
-            c = plan.config
-            name = c.name
-            sizes = dict(device_vocabulary_size=(device or {}).get(name, c.device_vocabulary_size),
-                         host_vocabulary_size=c.host_vocabulary_size)
-            if c.ssd_vocabulary_size:
-                sizes.update(ssd_vocabulary_size=c.ssd_vocabulary_size, ssd_data_path=[str(tmp_path / name)])
-            tables[name] = mx.create_table(tf.int64, 4, name, initializer, **sizes)
-            specs.append(mx.FeatureSpec(name, table_name=name, access_threshold=c.access_threshold,
-                                        eviction_threshold=c.eviction_threshold))
-        stamp = mx.FeatureSpec("timestamp", is_timestamp=True)
-        ds = tf.data.Dataset.from_tensor_slices(click_columns()).batch(BATCH, drop_remainder=True)
-        ds = ds.map(lambda b: {**b, "timestamp": tf.reduce_max(b["timestamp"])})
-        batch = tf.compat.v1.data.make_one_shot_iterator(ds.map(mx.get_asc_insert_func(specs + [stamp]))).get_next()
-        plan_of = {plan.config.name: plan for plan in plans}
-        embs = [mx.sparse_lookup(tables[s.table_name], s, batch=batch, send_count=(send_count or {}).get(
-                    s.table_name, plan_of[s.table_name].config.send_count)) for s in specs]
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        loss, train, _, _ = tf_model.head(embs, tf.cast(batch["label"], tf.float32),
-                                          adagrad.create_hash_optimizer(learning_rate=0.1), global_step)
-        hook = mx.EvictHook(evict_enable=True, evict_step_interval=1)
-        steps, error = 0, None
-        with tf.compat.v1.Session(graph=graph) as session:
-            session.run(tf.compat.v1.global_variables_initializer())
-            hook.begin()
-            try:
-                for _ in range(STEPS):
-                    session.run(train)
-                    hook.after_run(None, None)
-                    steps += 1
-            except tf.errors.OpError as caught:
-                error = caught
-        return steps, error, tables
+    try:
+        with graph.as_default():
+            mx.init(backend="fast", use_dynamic=send_count is None)
+            initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1)
+            tables, specs = {}, []
+            for plan in plans:
+                c = plan.config
+                name = c.name
+                sizes = dict(device_vocabulary_size=(device or {}).get(name, c.device_vocabulary_size),
+                             host_vocabulary_size=c.host_vocabulary_size)
+                if c.ssd_vocabulary_size:
+                    sizes.update(ssd_vocabulary_size=c.ssd_vocabulary_size, ssd_data_path=[str(tmp_path / name)])
+                tables[name] = mx.create_table(tf.int64, 4, name, initializer, **sizes)
+                specs.append(mx.FeatureSpec(name, table_name=name, access_threshold=c.access_threshold,
+                                            eviction_threshold=c.eviction_threshold))
+            stamp = mx.FeatureSpec("timestamp", is_timestamp=True)
+            ds = tf.data.Dataset.from_tensor_slices(click_columns()).batch(BATCH, drop_remainder=True)
+            ds = ds.map(lambda b: {**b, "timestamp": tf.reduce_max(b["timestamp"])})
+            batch = tf.compat.v1.data.make_one_shot_iterator(ds.map(mx.get_asc_insert_func(specs + [stamp]))).get_next()
+            plan_of = {plan.config.name: plan for plan in plans}
+            embs = [mx.sparse_lookup(tables[s.table_name], s, batch=batch, send_count=(send_count or {}).get(
+                        s.table_name, plan_of[s.table_name].config.send_count)) for s in specs]
+            global_step = tf.compat.v1.train.get_or_create_global_step()
+            loss, train, _, _ = tf_model.head(embs, tf.cast(batch["label"], tf.float32),
+                                              adagrad.create_hash_optimizer(learning_rate=0.1), global_step)
+            hook = mx.EvictHook(evict_enable=True, evict_step_interval=1)
+            steps, error = 0, None
+            with tf.compat.v1.Session(graph=graph) as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                hook.begin()
+                try:
+                    for _ in range(STEPS):
+                        session.run(train)
+                        hook.after_run(None, None)
+                        steps += 1
+                except tf.errors.OpError as caught:
+                    error = caught
+            return steps, error, tables
+    finally:       # the next test file may build its own graph without forgetting ours
+        tf_model.fresh_graph()
 
 
 def reality_plans(storage):
