@@ -103,6 +103,10 @@ def load_entries(FastCore core not None, const int64_t[::1] keys, const int64_t[
             fast_buffer_populate(core.row_entries, n * sizeof(Entry))
             fast_buffer_populate(core.row_live, n * sizeof(uint8_t))
         for i in range(n):
+            # the slots of keys AHEAD on are fetched while this one probes: consecutive keys
+            # hash to unrelated slots, so every probe of a large map would otherwise wait on memory
+            if i + AHEAD < n:
+                fast_prefetch(&core.slots[_home(keys[i + AHEAD], core.slot_mask)])
             tag = _find(core, keys[i])
             if with_rows:
                 entry = &core.row_entries[i]

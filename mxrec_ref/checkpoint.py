@@ -41,13 +41,13 @@ import os
 import re
 import shutil
 import threading
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from .checksum import crc32
 from .config import TableConfig
 from .errors import CheckpointError
 from .optimizers import SparseOptimizer
@@ -381,7 +381,7 @@ def _read_at(fd: int, name: str) -> tuple[np.ndarray, int]:
             n = os.readv(file, [view[done:min(size, done + CHUNK_BYTES)]])
             if n == 0:
                 break
-            crc = zlib.crc32(view[done:done + n], crc)
+            crc = crc32(view[done:done + n], crc)
             done += n
         return (data if done == size else data[:done]), crc
     finally:
@@ -546,7 +546,7 @@ def _write_manifest(folder: Path, digests: dict[str, tuple[int, int]], *, durabl
 # ------------------------------------------------------------------ files
 # Files are written and read in pieces of this many bytes, each checksummed while it is in
 # the cache (CKPT-12); the data files of a table are written by up to IO_THREADS threads,
-# as zlib.crc32, os.write, os.readv and os.fsync release the GIL.
+# as crc32 (mxrec_ref/checksum.py), os.write, os.readv and os.fsync release the GIL.
 CHUNK_BYTES = 1 << 22
 IO_THREADS = 4
 TABLE_THREADS = 4        # tables the TF Saver writes side by side (mxrec_ref/tf/saver.py)
@@ -561,7 +561,7 @@ def _write_durably(path: Path, data, durable: bool = True) -> tuple[int, int]:
     try:
         for start in range(0, len(view), CHUNK_BYTES):
             chunk = view[start:start + CHUNK_BYTES]
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
             while chunk:
                 chunk = chunk[os.write(fd, chunk):]
         if durable:

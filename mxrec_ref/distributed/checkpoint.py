@@ -28,13 +28,13 @@ import json
 import logging
 import os
 import shutil
-import zlib
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .. import checkpoint as ckpt
+from ..checksum import crc32
 from ..contract import WarmStartPlan
 from ..errors import CheckpointError, MxrecError, UsageError
 from ..state import TableState, merge_warm_start
@@ -269,7 +269,7 @@ class _Writer(_OpenFile):
 
     def write(self, rows: np.ndarray) -> None:
         view = memoryview(np.ascontiguousarray(rows).reshape(-1).view(np.uint8))
-        self.crc = zlib.crc32(view, self.crc)
+        self.crc = crc32(view, self.crc)
         self.size += len(view)
         while view:
             view = view[os.write(self.fd, view):]
@@ -307,7 +307,7 @@ class _Reader(_OpenFile):
             if n == 0:
                 ckpt._corrupt(self.table, self.path, f"ends after {self.done + got} bytes, "
                                                      f"{self.entry.get('bytes')} expected")
-            self.crc = zlib.crc32(view[got:got + n], self.crc)
+            self.crc = crc32(view[got:got + n], self.crc)
             got += n
         self.done += want
         return data.view(self.dtype).astype(self.dtype.newbyteorder("="), copy=False).reshape((rows,) + self.shape)
@@ -318,7 +318,7 @@ class _Reader(_OpenFile):
             rest = os.read(self.fd, ckpt.CHUNK_BYTES)
             if not rest:
                 break
-            self.crc = zlib.crc32(rest, self.crc)
+            self.crc = crc32(rest, self.crc)
             self.done += len(rest)
         if self.done != self.entry.get("bytes"):
             ckpt._corrupt(self.table, self.path,
