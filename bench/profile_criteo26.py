@@ -39,7 +39,8 @@ def step_profile(run_metadata) -> dict:
              if node.node_name not in ("_SOURCE", "_SINK")]
     start = min(s for _, s, _ in nodes)
     end = max(e for _, _, e in nodes)
-    first_matmul = min((s for n, s, _ in nodes if op_type(n) == "MatMul"), default=end)
+    # oneDNN's builds rename it (_MklMatMul, _MklNativeFusedMatMul): any op type naming MatMul
+    first_matmul = min((s for n, s, _ in nodes if "MatMul" in op_type(n)), default=end)
     by_type = defaultdict(float)
     for node, s, e in nodes:
         by_type[op_type(node)] += (e - s) / 1e3
