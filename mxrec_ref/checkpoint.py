@@ -447,8 +447,9 @@ def _decode(files: dict[str, np.ndarray], folder: Path, config: TableConfig, opt
     if any(_holds(run, -1) for run in (keys, pending)):
         _corrupt(table, folder / "feat_info", "holds the padding key -1, which never has a row (ADM-6)")
     ends = [int(run[i]) for run in (keys, pending) if run.size for i in (0, -1)]
-    if ends and (min(ends) < config.key_min or max(ends) > config.key_max):
-        bad = min(ends) if min(ends) < config.key_min else max(ends)
+    lowest, highest = (min(ends), max(ends)) if ends else (config.key_min, config.key_max)
+    if lowest < config.key_min or highest > config.key_max:
+        bad = lowest if lowest < config.key_min else highest
         raise CheckpointError(f"table {table!r}: key_dtype: checkpoint key {bad} does not fit the table's "
                               f"key_dtype {config.key_dtype}")
     if (feat[:, 1] < 0).any():

@@ -15,9 +15,13 @@ ADMITTED = [-9, -7, 3, 5, 8]          # keys seen twice: rows (access_threshold 
 PENDING = [-8, -6, 4, 6, 9]           # keys seen once: pending
 
 
+def _store(backend, **extra):
+    return open_store(TableConfig("t", dim=2, device_vocabulary_size=16, access_threshold=2, eviction_threshold=10,
+                                  **extra), Adagrad(0.1), backend=backend)
+
+
 def _saved(backend, folder):
-    store = open_store(TableConfig("t", dim=2, device_vocabulary_size=16, access_threshold=2, eviction_threshold=10),
-                       Adagrad(0.1), backend=backend)
+    store = _store(backend)
     store.lookup(np.array(ADMITTED * 2 + PENDING, dtype=np.int64), step=0)
     assert store.export().keys.tolist() == ADMITTED and store.export().pending_keys.tolist() == PENDING
     store.save(folder)
@@ -47,8 +51,7 @@ def test_ckpt_5_the_padding_key_anywhere_is_refused(backend, tmp_path, run, at):
     keys.sort()
     assert len(set(keys)) == 5 and keys[0] <= -1 <= keys[-1]
     _rewrite(table, admitted, pending)
-    store = open_store(TableConfig("t", dim=2, device_vocabulary_size=16, access_threshold=2, eviction_threshold=10),
-                       Adagrad(0.1), backend=backend)
+    store = _store(backend)
     store.lookup(np.array([1, 1, 2], dtype=np.int64), step=0)
     before = snapshot(store)
     with pytest.raises(CheckpointError, match="padding key -1"):
@@ -64,8 +67,7 @@ def test_ckpt_5_a_key_outside_the_key_dtype_is_named(backend, tmp_path, run, end
     bad = -2**40 if end == "low" else 2**40
     keys[0 if end == "low" else -1] = bad
     _rewrite(table, admitted, pending)
-    int32 = open_store(TableConfig("t", dim=2, key_dtype="int32", device_vocabulary_size=16, access_threshold=2,
-                                   eviction_threshold=10), Adagrad(0.1), backend=backend)
+    int32 = _store(backend, key_dtype="int32")
     before = snapshot(int32)
     with pytest.raises(CheckpointError, match=f"key_dtype: checkpoint key {bad} does not fit"):
         int32.load(tmp_path)
