@@ -12,6 +12,7 @@ fresh graph with its own ``init()``, as separate processes would):
 Environment switches (default in brackets):
   USE_DYNAMIC            1 dynamic shape | 0 static shape (send_count)          [1]
   USE_MODIFY_GRAPH       1 graph modification | 0 FeatureSpec mode             [0]
+  USE_TENSOR_IDS         1: tensor ids, no graph rewrite (a store call per lookup) [0]
   STORAGE                hbm | ddr | ssd                                       [hbm]
   USE_DYNAMIC_EXPANSION  1: HBM dynamic expansion (LazyAdamByAddress)          [0]
   SPARSE_OPTIMIZER       lazy_adam | adagrad_by_addr | gradient_descent_by_addr [lazy_adam]
@@ -47,6 +48,8 @@ from mx_rec.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 USE_DYNAMIC = os.getenv("USE_DYNAMIC", "1") == "1"
 USE_MODIFY_GRAPH = os.getenv("USE_MODIFY_GRAPH", "0") == "1"
+USE_TENSOR_IDS = os.getenv("USE_TENSOR_IDS", "0") == "1" and not USE_MODIFY_GRAPH
+ID_TENSORS = USE_MODIFY_GRAPH or USE_TENSOR_IDS      # the lookups take the batch's id tensors
 STORAGE = os.getenv("STORAGE", "hbm")
 USE_DYNAMIC_EXPANSION = os.getenv("USE_DYNAMIC_EXPANSION", "0") == "1"
 SPARSE_OPTIMIZER = os.getenv("SPARSE_OPTIMIZER", "lazy_adam_by_addr" if USE_DYNAMIC_EXPANSION else "lazy_adam")
@@ -96,7 +99,7 @@ def dataset(args, seed, repeat, is_training, specs):
     if USE_TIMESTAMP:                    # the upstream recipe: the host op stamps each batch
         ops = import_host_pipeline_ops()
         ds = ds.map(lambda b: {**b, "timestamp": ops.return_timestamp(tf.cast(b["label"], tf.int64))})
-    if not USE_MODIFY_GRAPH:
+    if not ID_TENSORS:
         ds = ds.map(get_asc_insert_func(tgt_key_specs=specs, is_training=is_training))
     return ds.prefetch(2)
 
@@ -141,7 +144,7 @@ def feature_specs():
 
 def lookups(args, tables, batch, specs, is_train):
     def lookup(table, spec_name, ids, **admit):
-        if USE_MODIFY_GRAPH:
+        if ID_TENSORS:
             return sparse_lookup(tables[table], ids, send_count=send_count(args, table), is_train=is_train,
                                  modify_graph=True, access_and_evict_config=admit or None)
         return sparse_lookup(tables[table], specs[spec_name], send_count=send_count(args, table), batch=batch,
@@ -198,7 +201,7 @@ def build(args, train):
                     else tf.compat.v1.data.make_initializable_iterator(train_ds))
         graph["train_init"] = None if USE_ONE_SHOT else iterator.initializer
         batch = iterator.get_next()
-        if USE_MODIFY_GRAPH and USE_TIMESTAMP:
+        if ID_TENSORS and USE_TIMESTAMP:
             tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, batch["timestamp"])
         logit = two_tower(*lookups(args, tables, batch, specs, True))
         graph["loss"] = loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"],
@@ -210,7 +213,7 @@ def build(args, train):
         graph["set_threshold"] = import_host_pipeline_ops().set_threshold(3, emb_name="item", ids_name="item")
     eval_iterator = tf.compat.v1.data.make_initializable_iterator(dataset(args, 1, False, False, spec_list))
     eval_batch = eval_iterator.get_next()
-    if USE_MODIFY_GRAPH and USE_TIMESTAMP:
+    if ID_TENSORS and USE_TIMESTAMP:
         tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, eval_batch["timestamp"])
     graph["prob"] = tf.sigmoid(two_tower(*lookups(args, tables, eval_batch, specs, False)))
     graph["label"] = tf.identity(eval_batch["label"])
@@ -221,7 +224,7 @@ def build(args, train):
         graph["eval_init"] = params.get_initializer(False)
         if train and not USE_ONE_SHOT:
             graph["train_init"] = params.get_initializer(True)
-    else:
+    elif not USE_TENSOR_IDS:
         start_asc_pipeline()
     graph["clear_channel"] = import_host_pipeline_ops().clear_channel(
         ConfigInitializer.get_instance().train_params_config.get_training_mode_channel_id(True))

@@ -241,3 +241,49 @@ def test_shard_16_an_is_dp_table_on_several_ranks_is_a_replica(two_ranks):
         assert type(dp.store) is ReplicatedStore and dp.store.divide_gradients
         assert type(shard.store) is ShardedStore
         assert dp.store.capacity() == 10 and shard.store.capacity() == 20
+
+
+
+def _upstream(op) -> set:
+    """Every op ``op`` waits for (data and control inputs, transitively)."""
+    seen, frontier = set(), [op]
+    while frontier:
+        current = frontier.pop()
+        for source in [t.op for t in current.inputs] + list(current.control_inputs):
+            if source not in seen:
+                seen.add(source)
+                frontier.append(source)
+    return seen
+
+
+def test_shard_12_graph_modification_runs_the_merged_store_calls_in_the_lookups_order(two_ranks):
+    """The rewrite's merged store call of each table and mode runs the table's collectives: it takes the chain
+    place of the table's first lookup, so the collective ops of each chain run in one order (before the fix two
+    tables' merged calls had none: TF ran them in its own order on each rank, issue 30)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend="ref", use_dynamic=True)
+        init = tf.compat.v1.zeros_initializer()
+        tables = {n: mx.create_table(tf.int64, 2, n, init, device_vocabulary_size=10) for n in ("b", "a")}
+        ds = tf.data.Dataset.from_tensor_slices({"x": [[1, 2]], "y": [[3, 4]]}).repeat()
+        batch = tf.compat.v1.data.make_one_shot_iterator(ds).get_next()
+        loss = tf.reduce_sum(mx.sparse_lookup(tables["b"], batch["x"], modify_graph=True, name="tb") +
+                             mx.sparse_lookup(tables["a"], batch["y"], modify_graph=True, name="ta") +
+                             mx.sparse_lookup(tables["b"], batch["y"], modify_graph=True, name="tb2"))
+        for name in ("a", "b"):
+            mx.sparse_lookup(tables[name], batch["x"], is_train=False, modify_graph=True, name=f"e{name}")
+        sparse = mx.get_dense_and_sparse_variable()[1]
+        adagrad.create_hash_optimizer(learning_rate=0.1).apply_gradients(zip(tf.gradients(loss, sparse), sparse))
+        mx.modify_graph_and_start_emb_cache()
+    merged = [op for op in graph.get_operations() if "_merged_store_lookup" in op.name]
+    lookups = [op for op in collective_ops(graph) if op.name.endswith("/store_lookup")]
+    assert len(merged) == 4 and len(lookups) == 5
+    for mode in ("t", "e"):
+        chain = [op for op in lookups if op.name.split("/")[1].startswith(mode)]
+        chain += [op for op in merged if any(op in lookup.control_inputs for lookup in chain)]
+        chain += [op for op in collective_ops(graph) if mode == "t" and "sparse_apply" in op.name]
+        assert len(chain) == {"t": 6, "e": 4}[mode]
+        for first in chain:            # every two collective ops of a chain run in one order
+            for second in chain:
+                assert first is second or first in _upstream(second) or second in _upstream(first), \
+                    (first.name, second.name)

@@ -115,7 +115,29 @@ def ordered(op, chain: str) -> None:
     previous = chains.get(chain)
     if previous is not None and previous is not op:
         op._add_control_input(previous)      # noqa: SLF001 -- TF's own way to order existing ops
+        chains[(_BEFORE, op.name)] = previous
     chains[chain] = op
+
+
+_BEFORE = "before"      # _CHAINS[graph][(_BEFORE, op name)]: the op that op waits for in its chain
+
+
+def ordered_before(op, anchor) -> None:
+    """SHARD-12 for an op built after its place in a chain: ``op`` (it runs a collective) takes the place
+    just before ``anchor`` (an op of a chain): it waits for what ``anchor`` waited for in the chain and
+    ``anchor`` waits for it.  The graph modifier's merged store call of a table runs before the first
+    lookup that reads it, so the merged calls of several tables run in the lookups' order on every rank
+    (otherwise TF runs them in its own order per process).  Nothing changes on one rank or eagerly."""
+    if world().size == 1 or tf.executing_eagerly():
+        return
+    op, anchor = getattr(op, "op", op), getattr(anchor, "op", anchor)
+    chains = _CHAINS.setdefault(anchor.graph, {})
+    previous = chains.get((_BEFORE, anchor.name))
+    if previous is not None:
+        op._add_control_input(previous)      # noqa: SLF001
+        chains[(_BEFORE, op.name)] = previous
+    anchor._add_control_input(op)            # noqa: SLF001
+    chains[(_BEFORE, anchor.name)] = op
 
 
 def take_over(old, new, chain: str) -> bool:
@@ -131,6 +153,8 @@ def take_over(old, new, chain: str) -> bool:
     if chains.get(chain) is not old:
         return False
     chains[chain] = new
+    if (_BEFORE, old.name) in chains:
+        chains[(_BEFORE, new.name)] = chains[(_BEFORE, old.name)]
     return True
 
 

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
+from .distributed import ordered_before
 
 # graph (weakly) -> {iterator op name: (dataset, kind)}
 _ITERATORS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
@@ -244,6 +245,9 @@ def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dic
         record.step.share.source = group
         record.step.share.segment = segment
         record.step.op._add_control_input(token.op)
+    # SHARD-12: the merged call runs the table's collectives; it takes the collective chain's place of the
+    # table's first lookup, so every rank runs the merged calls of its tables in one order
+    ordered_before(token.op, first.step.op)
 
 
 class GraphModifierHook(tf.compat.v1.train.SessionRunHook):
