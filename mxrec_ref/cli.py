@@ -16,6 +16,7 @@ from . import errors as _errors
 from . import train as train_module
 from .backends import available_backends, unknown_backend_reason
 from .compat import alias
+from .distributed.comm import end_job_after_error
 from .plan import command as plan_command
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -88,6 +89,13 @@ _positive_int = train_module.positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
+    status = _main(argv)
+    if status:
+        end_job_after_error(status)       # SHARD-21: a rank that failed ends its MPI job (no-op otherwise)
+    return status
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # MXREC_REF_VERBOSE=1 is --verbose for every command (mxrec_ref.tf.fatal reads it for plain scripts)
     verbose = getattr(args, "verbose", False) or os.environ.get("MXREC_REF_VERBOSE", "") not in ("", "0")

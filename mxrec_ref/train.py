@@ -253,8 +253,9 @@ def run(config: TrainConfig, echo=print) -> dict:
 
         if comm.size > 1:
             # every rank saves into rank 0's folder (the tables' save is collective, SHARD-10); the
-            # barrier keeps rank 0 from removing it while another rank still reads it
-            scratch.callback(comm.barrier)
+            # barrier keeps rank 0 from removing it while another rank still reads it; after an error no
+            # barrier: the failing rank ends the job (SHARD-21) and the others must not wait for it here
+            scratch.push(lambda kind, error, tb: comm.barrier() if kind is None else None)
             shared = comm.bcast(temporary("mxrec-train-") if comm.rank == 0 and not named_checkpoint_dir else None)
             config = dataclasses.replace(config, checkpoint_dir=config.checkpoint_dir or shared)
 

@@ -4,6 +4,7 @@ ranks by the same test, which compares the two bit for bit (SHARD-9).
     mpirun -np N python tests/sharding_child.py OUT train          # train, evict, save to OUT/<backend>
     mpirun -np M python tests/sharding_child.py OUT reload         # load OUT/<backend> on M ranks, go on
     mpirun -np 2 python tests/sharding_child.py OUT reload kill-save   # ... then rank 1 is killed in a save
+    mpirun -np 2 python tests/sharding_child.py OUT raise-value      # rank 1 raises: the job ends (SHARD-21)
 
 Each phase runs for both backends in one launch (a launch costs a second or more) and rank 0 writes
 what every rank saw to ``OUT/<phase>-<ranks>.npz``.
@@ -19,6 +20,7 @@ import numpy as np
 from mxrec_ref import checkpoint
 from mxrec_ref.config import TableConfig
 from mxrec_ref.distributed import ReplicatedStore, ShardedStore, world
+from mxrec_ref.errors import UsageError
 from mxrec_ref.optimizers import Adagrad
 from mxrec_ref.store import open_store
 
@@ -115,6 +117,15 @@ def hang(rank: int, comm) -> None:
     comm.barrier()
 
 
+def raising(rank: int, comm, kind: str) -> None:
+    """Rank 1 raises before its first lookup while rank 0 waits in it: the job must end at once (SHARD-21),
+    not when the watchdog's timeout ends rank 0's wait (SHARD-15)."""
+    store = ShardedStore(open_store(config(), backend="ref"), comm)
+    if rank == 1:
+        raise (UsageError if kind == "usage" else ValueError)(f"rank 1 fails on purpose ({kind})")
+    store.lookup([1, 2], step=0)
+
+
 def killed_save(rank: int, comm, folder: str) -> None:
     """The reload's checkpoint saved again one step later, and rank 1 SIGKILLed once its slice is
     written, while rank 0 waits for it: the launch dies and the reload's checkpoint stays (SHARD-10)."""
@@ -132,6 +143,9 @@ if __name__ == "__main__":
     comm = world()
     if phase_name == "hang":
         hang(comm.rank, comm)
+        sys.exit(0)
+    if phase_name.startswith("raise-"):
+        raising(comm.rank, comm, phase_name.split("-", 1)[1])
         sys.exit(0)
     gathered = run(phase_name, comm.rank, comm, out_folder)
     if comm.rank == 0:

@@ -128,3 +128,34 @@ def test_shard_15_a_rank_left_waiting_ends_the_job_with_a_message(tmp_path):
     waits = (r"rank 0 of 2 waited [23] s in table 'clicks''s training lookup at step 1 \(allgather\)",
              r"rank 1 of 2 waited [23] s in a collective \(barrier\)")
     assert any(re.search(wait + "; all ranks must run the same steps", done.stderr) for wait in waits), done.stderr
+    for rank in (0, 1):         # one line per rank (it was printed twice: once more through the logging fallback)
+        assert done.stderr.count(f"rank {rank} of 2 waited") <= 1, done.stderr
+
+
+def test_shard_21_a_rank_that_raises_ends_the_job_at_once(tmp_path):
+    """Rank 1 raises while rank 0 waits for it in a collective: the job ends with rank 1's error line and a
+    non-zero status, long before the watchdog's default 300 s (SHARD-15) -- in a plain script using the
+    communicator (its traceback), in a script under `mxrec-ref run` (one line) and in `mxrec-ref train` (rank 1
+    alone is given a bad MXREC_REF_DENSE_REDUCE, refused in its first dense reduction).  The subprocess limits
+    bound the waits; without the abort each launch would outlive them."""
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("MXREC_REF_COLLECTIVE_TIMEOUT", None)
+    launcher = [mpirun(), "--oversubscribe"]
+    python = [sys.executable, "-m", "mxrec_ref"]
+    train = ["train", "--steps", "4", "--rows", "2000", "--no-progress"]
+    launches = {
+        "script": (launcher + ["-np", "2", sys.executable, str(CHILD), str(tmp_path), "raise-value"], 60,
+                   "ValueError: rank 1 fails on purpose (value)"),
+        "run": (launcher + ["-np", "2", *python, "run", str(CHILD), str(tmp_path), "raise-usage"], 120,
+                "mxrec-ref run: UsageError: rank 1 fails on purpose (usage)"),
+        "train": (launcher + ["-np", "1", *python, *train, ":", "-np", "1", "env", "MXREC_REF_DENSE_REDUCE=fastest",
+                              *python, *train], 150,
+                  "mxrec-ref train: ConfigError: MXREC_REF_DENSE_REDUCE: must be one of"),
+    }
+    for name, (command, limit, line) in launches.items():
+        done = subprocess.run(command, env=env, capture_output=True, timeout=limit)
+        stderr = done.stderr.decode(errors="replace")
+        assert done.returncode != 0, (name, stderr[-3000:])
+        assert line in stderr, (name, stderr[-3000:])
+        assert "MPI_ABORT was invoked on rank 1" in stderr, (name, stderr[-3000:])

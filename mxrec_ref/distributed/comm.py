@@ -231,6 +231,8 @@ class MpiCommunicator(Communicator):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self.local_size = self.comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
         self.watchdog = Watchdog(self, collective_timeout() if timeout is None else timeout)
+        if self.size > 1:
+            install_abort_hook()
 
     def allgather(self, obj) -> list:
         with self.watchdog.waiting("allgather"):
@@ -327,10 +329,44 @@ class Watchdog:
                 message = (f"mxrec-ref: rank {self.comm.rank} of {self.comm.size} waited {waited:.0f} s in {what}; "
                            f"all ranks must run the same steps (another rank failed, stopped or runs other "
                            f"steps); ending the job ({TIMEOUT_VARIABLE}={self.timeout:g})")
-                logger.error(message)
-                print(message, file=sys.stderr, flush=True)
+                print(message, file=sys.stderr, flush=True)     # once: the library's log has no handler
                 self.comm.abort(1)
                 return
+
+
+def end_job_after_error(status: int = 1) -> None:
+    """SHARD-21: this rank failed (its error is printed): on several MPI ranks, end the whole job now
+    (``MPI_Abort``).  Otherwise the rank's exit waits in ``MPI_Finalize`` for ranks that wait for it in a
+    collective, until the watchdog's timeout (SHARD-15).  Nothing happens without MPI or on one rank."""
+    comm = _WORLD
+    if not isinstance(comm, MpiCommunicator) or comm.size == 1:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:     # noqa: BLE001 -- a closed stream must not keep the job alive
+            pass
+    comm.abort(status if isinstance(status, int) and 0 < status < 256 else 1)
+
+
+_HOOKED: list = []
+
+
+def install_abort_hook() -> None:
+    """SHARD-21: an uncaught exception prints as before (the hook that was installed), then ends the job.
+    Installed once, with the first MPI communicator of several ranks."""
+    if _HOOKED:
+        return
+    previous = sys.excepthook
+
+    def print_then_end_job(kind, value, tb):
+        try:
+            previous(kind, value, tb)
+        finally:
+            end_job_after_error(1)
+
+    _HOOKED.append(previous)
+    sys.excepthook = print_then_end_job
 
 
 def _bytes_view(array: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ import sys
 import traceback
 import weakref
 
+from ..distributed.comm import end_job_after_error
 from ..errors import MxrecError
 
 SHUTDOWN_GRACE_S = 10       # how long shutdown may take after a fatal error before the watchdog ends it
@@ -106,3 +107,4 @@ def excepthook(kind, value, tb, previous) -> None:
     if isinstance(value, KeyboardInterrupt) or not issubclass(kind, Exception):
         return previous(kind, value, tb)
     report(value)
+    end_job_after_error(1)          # SHARD-21: on several MPI ranks the whole job ends now
