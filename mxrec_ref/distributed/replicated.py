@@ -121,7 +121,14 @@ class ReplicatedStore(ShardedStore):
         return self.local.row_handles(keys)
 
     # ------------------------------------------------ state and checkpoints
+    def export(self) -> TableState:
+        """This replica, which is the table (collective: the ranks agree on the call first, SHARD-22)."""
+        with self._call("export"):
+            with self._lock:
+                return self._export()
+
     def _export(self) -> TableState:
+        self._agree(None, "export")        # collective like a shard's (SHARD-8): the ranks agree on the call
         return self.local.export()
 
     def _import_state(self, state: TableState) -> None:
@@ -137,7 +144,11 @@ class ReplicatedStore(ShardedStore):
     def save(self, directory, *, incremental: bool = False) -> str:
         """SHARD-18: rank 0 writes its replica in the one-process layout (CKPT-*); every rank returns the
         path or raises rank 0's error."""
-        incremental = self._check_bool("incremental", incremental)
+        with self._call("save"):
+            incremental = self._open(lambda: self._check_bool("incremental", incremental))
+            return self._save(directory, incremental)
+
+    def _save(self, directory, incremental: bool) -> str:
         with self._lock:
             state = self.local.export()
             path, error = None, None
@@ -164,6 +175,10 @@ class ReplicatedStore(ShardedStore):
 
     def load(self, directory) -> None:
         """SHARD-18: every rank reads the whole checkpoint into its replica."""
+        with self._call("load"):
+            self._load(directory)
+
+    def _load(self, directory) -> None:
         error, state = None, None
         try:
             directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
@@ -178,6 +193,10 @@ class ReplicatedStore(ShardedStore):
     def plan_warm_start(self, directory, *, source_table: str | None = None, now: int | None = None, after=None):
         """WS-7 with the whole checkpoint on every replica (SHARD-18); collective: if one rank's plan fails,
         every rank raises.  The plan is the replica's own store's, so ``after`` takes this method's plans."""
+        with self._call("plan_warm_start"):
+            return self._plan_warm_start(directory, source_table, now, after)
+
+    def _plan_warm_start(self, directory, source_table, now, after):
         error, plan = None, None
         try:
             plan = self.local.plan_warm_start(directory, source_table=source_table, now=now, after=after)
@@ -188,6 +207,11 @@ class ReplicatedStore(ShardedStore):
 
     def apply_warm_start(self, plan) -> int:
         """WS-3 on every replica; the replicas are identical, so the apply succeeds or fails everywhere."""
+        with self._call("apply_warm_start"):
+            self._open()
+            return self._apply_warm_start(plan)
+
+    def _apply_warm_start(self, plan) -> int:
         error, loaded = None, 0
         with self._lock:
             try:

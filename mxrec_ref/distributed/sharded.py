@@ -15,6 +15,7 @@ back.  Gradients go the same way to the owners, which sum them in source-rank or
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 
@@ -98,7 +99,9 @@ class ShardedStore(Store):
         self.rank, self.rank_size = self.comm.rank, self.comm.size
         self.tiered = local.tiered
         self.divide_gradients = bool(divide_gradients)   # all2all_gradients_op="sum_gradients_and_div_by_ranksize"
-        self._calls = 0                                  # collective calls made (the watchdog names it)
+        self._calls = 0                                  # collective calls begun (SHARD-22's call counter)
+        self._call_name: str | None = None               # the collective call running now (SHARD-22)
+        self._config_agreed = False                      # the ranks compared the table's config (SHARD-22)
         self._started = False                            # the current call has reached its first collective
         self._positions = {name: 0 for name in _WRAPPER_COUNTERS}
         self._owner_stats = [local.stats()] * self.rank_size
@@ -109,11 +112,52 @@ class ShardedStore(Store):
             local, self.comm, rows, hot.update_step(local.name) if hot_update_step is None else hot_update_step)
 
     # ------------------------------------------------------------- helpers
-    def _agree(self, error: Exception | None, what: str, **fields) -> list[dict]:
-        """Every rank's header for this call; raises on every rank if any rank failed (SHARD-8):
-        the failed rank re-raises its own error, the others a UsageError naming it."""
+    @contextlib.contextmanager
+    def _call(self, name: str):
+        """One collective call of the table (SHARD-22): it is counted, and every header it exchanges names
+        it.  A call made inside another (a replica's load imports a state) is part of the outer one."""
+        if self._call_name is not None:
+            yield
+            return
         self._calls += 1
-        headers = self.comm.allgather(dict(fields, error=error))
+        self._call_name = name
+        try:
+            yield
+        finally:
+            self._call_name = None
+
+    def _open(self, check=None):
+        """The opening exchange of a call whose first step would change something (SHARD-22): the ranks
+        agree on the call before it.  ``check()`` (the call's argument checks) runs first; its error fails
+        every rank (SHARD-8).  Returns what ``check`` returns."""
+        error, value = None, None
+        try:
+            value = check() if check is not None else None
+        except MxrecError as failed:
+            error = failed
+        self._agree(error, self._call_name or "call")
+        return value
+
+    def _config_fields(self) -> dict:
+        """What every rank must configure alike for a table (SHARD-22), in the order it is compared."""
+        config = self.config
+        return {"name": config.name, "dim": config.dim, "key_dtype": config.key_dtype,
+                "optimizer": self.optimizer.describe(), "access_threshold": config.access_threshold,
+                "eviction_threshold": config.eviction_threshold, "faae_coefficient": config.faae_coefficient,
+                "device_vocabulary_size": config.device_vocabulary_size,
+                "host_vocabulary_size": config.host_vocabulary_size, "ssd_vocabulary_size": config.ssd_vocabulary_size,
+                "dynamic_expansion": config.dynamic_expansion, "layout": type(self).__name__}
+
+    def _agree(self, error: Exception | None, what: str, **fields) -> list[dict]:
+        """Every rank's header for this call; raises on every rank if the ranks make different calls or
+        configure the table differently (SHARD-22), or if any rank failed (SHARD-8): the failed rank
+        re-raises its own error, the others a UsageError naming it."""
+        header = dict(fields, error=error, table=self.name, call=self._call_name or what, counter=self._calls)
+        if not self._config_agreed:
+            header["config"] = self._config_fields()
+        headers = self.comm.allgather(header)
+        check_same_call(headers)
+        self._config_agreed = True
         for source, header in enumerate(headers):
             if header["error"] is not None:
                 if source == self.rank:
@@ -136,10 +180,13 @@ class ShardedStore(Store):
                pad_to: int | None = None, counts=None) -> LookupResult:
         self._started = False
         try:
-            return super().lookup(keys, train=train, step=step, timestamp=timestamp, pad_to=pad_to, counts=counts)
-        except MxrecError as error:
-            self._tell_others(error, "lookup")
-            raise
+            with self._call("training lookup" if train is True else "evaluation lookup"):
+                try:
+                    return super().lookup(keys, train=train, step=step, timestamp=timestamp, pad_to=pad_to,
+                                          counts=counts)
+                except MxrecError as error:
+                    self._tell_others(error, "lookup")
+                    raise
         finally:
             self.comm.context = Communicator.context      # later collectives are not this call's
 
@@ -243,10 +290,12 @@ class ShardedStore(Store):
     def apply_gradients(self, result, grad_rows, *, step: int) -> int:
         self._started = False
         try:
-            return super().apply_gradients(result, grad_rows, step=step)
-        except MxrecError as error:
-            self._tell_others(error, "apply_gradients")
-            raise
+            with self._call("apply_gradients"):
+                try:
+                    return super().apply_gradients(result, grad_rows, step=step)
+                except MxrecError as error:
+                    self._tell_others(error, "apply_gradients")
+                    raise
         finally:
             self.comm.context = Communicator.context
 
@@ -254,9 +303,9 @@ class ShardedStore(Store):
         self._started = True
         self.comm.context = f"table {self.name!r}'s gradient exchange at step {step}"
         keep = np.flatnonzero(mask & (keys != PADDING_KEY))
-        self._positions["grad_rows_dropped"] += len(keys) - len(keep)
         order, send_counts = route(keys[keep], self.rank_size)
         headers = self._agree(None, "apply_gradients", step=step, counts=send_counts)
+        self._positions["grad_rows_dropped"] += len(keys) - len(keep)
         if len({h["step"] for h in headers}) > 1:
             raise UsageError(f"table {self.name!r}: step: the ranks apply gradients of different steps "
                              f"({[h['step'] for h in headers]}); every rank must run the same steps")
@@ -292,16 +341,19 @@ class ShardedStore(Store):
     def evict(self, now: int | None = None) -> np.ndarray:
         self._started = False
         try:
-            return super().evict(now)
-        except MxrecError as error:
-            self._tell_others(error, "evict")
-            raise
+            with self._call("evict"):
+                try:
+                    return super().evict(now)
+                except MxrecError as error:
+                    self._tell_others(error, "evict")
+                    raise
         finally:
             self.comm.context = Communicator.context
 
     def _evict(self, now):
         self._started = True
         self.comm.context = f"table {self.name!r}'s eviction"
+        self._agree(None, "evict")          # every rank makes this call before any shard evicts (SHARD-22)
         error, evicted = None, np.zeros(0, np.int64)
         try:
             evicted = self.local.evict(now)
@@ -351,9 +403,13 @@ class ShardedStore(Store):
         return handles
 
     # ------------------------------------------------ state and checkpoints
+    def export(self) -> TableState:
+        with self._call("export"):
+            return super().export()
+
     def _export(self) -> TableState:
         """SHARD-10: the whole table, merged from every owner in key order (collective)."""
-        return merge_states(self.comm.allgather(self.local.export()))
+        return merge_states([h["state"] for h in self._agree(None, "export", state=self.local.export())])
 
     def _import_state(self, state: TableState) -> None:
         """Keep this rank's keys of a whole-table state (SHARD-11); collective."""
@@ -379,34 +435,62 @@ class ShardedStore(Store):
     def save(self, directory, *, incremental: bool = False) -> str:
         """SHARD-10: each rank writes its slice, rank 0 merges them into the one-process layout and
         switches it in atomically (CKPT-*); every rank returns the path or raises (distributed/checkpoint.py)."""
-        incremental = self._check_bool("incremental", incremental)
-        with self._lock:
-            return sharded_checkpoint.save(self, directory, incremental)
+        with self._call("save"):
+            incremental = self._open(lambda: self._check_bool("incremental", incremental))
+            with self._lock:
+                return sharded_checkpoint.save(self, directory, incremental)
 
     def load(self, directory) -> None:
         """SHARD-11: every rank streams the merged checkpoint and keeps ``key mod rank_size == rank``."""
-        if self._hot is not None:
-            self._hot.clear()              # rows change: the hot set is empty until its next refresh (SHARD-20)
-        with self._lock:
-            sharded_checkpoint.load(self, directory)
+        with self._call("load"):
+            self._open()
+            if self._hot is not None:
+                self._hot.clear()          # rows change: the hot set is empty until its next refresh (SHARD-20)
+            with self._lock:
+                sharded_checkpoint.load(self, directory)
 
     def plan_warm_start(self, directory, *, source_table: str | None = None, now: int | None = None, after=None):
         """WS-7 on this rank's keys of the checkpoint (SHARD-11's filter); collective."""
-        return sharded_checkpoint.plan_warm_start(self, directory, source_table, now, after)
+        with self._call("plan_warm_start"):
+            return sharded_checkpoint.plan_warm_start(self, directory, source_table, now, after)
 
     def apply_warm_start(self, plan) -> int:
         """WS-3 on each owner's slice; collective.  Returns the keys loaded over every owner."""
-        if self._hot is not None:
-            self._hot.clear()              # rows change: the hot set is empty until its next refresh (SHARD-20)
-        with self._lock:
-            return sharded_checkpoint.apply_warm_start(self, plan)
+        with self._call("apply_warm_start"):
+            self._open()
+            if self._hot is not None:
+                self._hot.clear()          # rows change: the hot set is empty until its next refresh (SHARD-20)
+            with self._lock:
+                return sharded_checkpoint.apply_warm_start(self, plan)
 
     def table_clock(self) -> tuple[int | None, str | None]:
         """The latest owner's clock (as ``export()`` has it), without gathering the table; collective."""
-        with self._lock:
-            clocks = self.comm.allgather(self.local.table_clock())
+        with self._call("table_clock"), self._lock:
+            clocks = [h["clock"] for h in self._agree(None, "table_clock", clock=self.local.table_clock())]
         known = [clock for clock in clocks if clock[0] is not None]
         return max(known) if known else (None, None)
+
+
+def check_same_call(headers: list[dict]) -> None:
+    """SHARD-22 on the headers of one exchange (the same list on every rank, so every rank raises the same
+    error, before the call changes anything): the ranks configure the table alike -- compared at its first
+    call -- and make the same call of the same table, counted alike."""
+    configs = [h.get("config") for h in headers]
+    if all(c is not None for c in configs):
+        for field in configs[0]:
+            values = [c.get(field) for c in configs]
+            if any(v != values[0] for v in values[1:]):
+                seen = ", ".join(f"rank {r}: {v!r}" for r, v in enumerate(values))
+                raise UsageError(f"table {headers[0]['table']!r}: {field}: the ranks configure this table differently "
+                                 f"({seen}); every rank must create a sharded table with the same name, dim, key "
+                                 f"dtype, optimizer, thresholds and storage (SHARD-22)")
+    calls = [(h["table"], h["call"], h["counter"]) for h in headers]
+    if any(call != calls[0] for call in calls[1:]):
+        seen = "; ".join(f"rank {r}: {call} of table {table!r} (its call {counter})"
+                         for r, (table, call, counter) in enumerate(calls))
+        raise UsageError(f"table {headers[0]['table']!r}: the ranks make different collective calls ({seen}); every "
+                         f"rank must make the same calls of every sharded table in the same order (SHARD-8, SHARD-22); "
+                         f"nothing was changed")
 
 
 def merge_states(states: list[TableState]) -> TableState:
