@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 
 from ..errors import MxrecError
-from .export import export_saved_model
+from .export import embedding_layers, export_saved_model
 from .tape import TableGradientTape
 
 
@@ -43,13 +43,30 @@ class TableTraining:
             self.optimizer.iterations.assign_add(1)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
-    def compile(self, *args, jit_compile="auto", **kwargs):
+    def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Keras's ``compile``; ``jit_compile=True`` is refused: a table's store call is a
-        ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1)."""
+        ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1).  Every
+        ``Embedding`` built without ``optimizer=`` then follows the sparse twin of ``optimizer``
+        (KERAS-13); a layer that cannot is refused before the model changes."""
         if jit_compile is True:
             raise MxrecError("mxrec_ref.keras: compile: jit_compile=True cannot compile the tables' store calls "
                              "(tf.numpy_function); leave jit_compile='auto' or set it to False")
-        return super().compile(*args, jit_compile=jit_compile, **kwargs)
+        optimizer = keras.optimizers.get(optimizer)
+        followers = [layer for layer in embedding_layers(self) if layer.follows_model]
+        for layer in followers:
+            layer.twin_for(optimizer)                    # every refusal before anything changes
+        result = super().compile(optimizer, *args, jit_compile=jit_compile, **kwargs)
+        for layer in followers:
+            layer.follow_optimizer(self.optimizer)
+        return result
+
+    def compile_from_config(self, config):
+        """``keras.models.load_model``: compile as saved -- the tables follow the optimizer again -- and
+        build the optimizer so that its saved variables (step, slots) load next (KERAS-14)."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras's ``export`` for a model with tables: ``format="tf_saved_model"`` writes
