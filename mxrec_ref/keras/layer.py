@@ -33,6 +33,22 @@ from .tape import TrainingLookup, active_tape
 TABLE_FIELDS = tuple(f.name for f in dataclasses.fields(TableConfig) if f.name not in ("name", "dim"))
 
 
+def refuse_several_replicas(table: str) -> None:
+    """KERAS-15: under a ``tf.distribute`` strategy with several replicas each replica would look up and
+    apply its own share of the batch to the one store -- several optimizer steps a step, a table unlike one
+    replica's -- so a training lookup is refused when the step is built, before the store changes."""
+    context = tf.distribute.get_replica_context()
+    replicas = (context.num_replicas_in_sync if context is not None
+                else tf.distribute.get_strategy().num_replicas_in_sync)
+    if replicas > 1:
+        strategy = type(tf.distribute.get_strategy()).__name__
+        raise UsageError(
+            f"table {table!r}: tf.distribute: {strategy} runs {replicas} replicas, and each would apply its "
+            f"own gradient to this one table (it would not match a one-replica run); train with one replica "
+            f"per process, and to train on several processes launch them with `mpirun -np N`, which shards "
+            f"each table over the ranks (spec/sharding.md)")
+
+
 @keras.saving.register_keras_serializable(package="mxrec_ref")
 class Embedding(keras.layers.Layer):
     """``Embedding(dim, name=..., combiner=None, optimizer=None, backend=None, hot_rows=None, **table_fields)``.
@@ -134,6 +150,8 @@ class Embedding(keras.layers.Layer):
             table, rows = self.serving
             return ids_module.assemble(layout, rows, table.lookup(keys), self.combiner, self.dim)
         tape = active_tape() if training else None
+        if training:
+            refuse_several_replicas(self.table_name)
         if training and tape is None:
             raise UsageError(
                 f"table {self.table_name!r}: training: this Embedding is called with training=True outside a "

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from ..errors import MxrecError
 from .export import embedding_layers, export_saved_model
+from .layer import refuse_several_replicas
 from .tape import TableGradientTape
 
 
@@ -28,6 +29,9 @@ class TableTraining:
                 self.optimizer, keras.optimizers.LossScaleOptimizer):
             raise MxrecError("mxrec_ref.keras: loss scaling is not supported: the tables would receive scaled "
                              "gradients; use a float32 policy without LossScaleOptimizer")
+        for layer in embedding_layers(self):        # before the forward pass: the error names the table plainly
+            if layer.trainable:
+                refuse_several_replicas(layer.table_name)          # KERAS-15
         with TableGradientTape(step=self.optimizer.iterations) as tape:
             y_pred = self(x, training=True) if self._call_has_training_arg else self(x)
             loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
