@@ -10,7 +10,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from ..errors import MxrecError
+from ..errors import MxrecError, UsageError
 from .export import embedding_layers, export_saved_model
 from .layer import refuse_several_replicas
 from .tape import TableGradientTape
@@ -47,6 +47,13 @@ class TableTraining:
             self.optimizer.iterations.assign_add(1)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
+    def fit(self, *args, **kwargs):
+        """Keras's ``fit``; a ``keras.callbacks.TensorBoard`` without the ``tensorboard`` package (which
+        implements ``tf.summary.scalar``) is refused before the first step, naming the extra (KERAS-16)."""
+        callbacks = kwargs.get("callbacks", args[5] if len(args) > 5 else None)
+        check_callbacks(callbacks)
+        return super().fit(*args, **kwargs)
+
     def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Keras's ``compile``; ``jit_compile=True`` is refused: a table's store call is a
         ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1).  Every
@@ -79,6 +86,20 @@ class TableTraining:
             raise MxrecError(f"mxrec_ref.keras: export: only format='tf_saved_model' with the model's own inputs "
                              f"is supported for a model with Embedding tables, got format={format!r}")
         return export_saved_model(self, filepath)
+
+
+def check_callbacks(callbacks) -> None:
+    """KERAS-16: Keras's TensorBoard callback writes with ``tf.summary.scalar``, which the ``tensorboard``
+    package implements (TensorFlow does not depend on it): without it the callback would fail after the
+    first epoch, the tables already trained."""
+    if not any(isinstance(callback, keras.callbacks.TensorBoard) for callback in callbacks or ()):
+        return
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise UsageError("mxrec_ref.keras: fit: callbacks: keras.callbacks.TensorBoard needs the tensorboard "
+                         "package, which the 'tensorboard' extra installs: pip install 'mxrec-ref[tensorboard]'") \
+            from None
 
 
 @keras.saving.register_keras_serializable(package="mxrec_ref")
