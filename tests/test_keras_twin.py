@@ -121,3 +121,19 @@ def test_keras_13_a_learning_rate_schedule_is_followed_step_by_step(backend):
     model.fit(ids, labels, batch_size=32, epochs=1, verbose=0, shuffle=False, callbacks=[Spy()])
     expected = [f32(schedule(step)) for step in range(6)]
     assert rates == expected and expected[0] != expected[-1]
+
+
+def test_keras_13_a_ddr_table_follows_the_schedule_as_an_hbm_one(backend):
+    """The learning rate reaches the in-memory tiers of a DDR table (store.set_optimizer): trained alike, the
+    DDR table ends with the HBM table's state."""
+    ids, labels = toy_data()
+    ids, labels = ids[:8 * 64], labels[:8 * 64]
+    schedule = keras.optimizers.schedules.PiecewiseConstantDecay([3], [0.5, 0.05])
+    states = []
+    for fields in (dict(dynamic_expansion=True), dict(device_vocabulary_size=64, host_vocabulary_size=4096)):
+        table = Embedding(4, name="tiers", backend=backend, initializer=UNIFORM, **fields)
+        model = toy_model(table, keras.optimizers.SGD(schedule))
+        model.fit(ids, labels, batch_size=64, epochs=1, verbose=0, shuffle=False)
+        assert table.optimizer.learning_rate == f32(0.05)
+        states.append(table.store.export())
+    assert states[0].differences(states[1]) == []
