@@ -137,3 +137,13 @@ def test_keras_13_a_ddr_table_follows_the_schedule_as_an_hbm_one(backend):
         assert table.optimizer.learning_rate == f32(0.05)
         states.append(table.store.export())
     assert states[0].differences(states[1]) == []
+
+
+def test_keras_13_set_optimizer_keeps_the_kind(backend):
+    store = mxrec_ref.open_store(mxrec_ref.TableConfig("kind", dim=2, dynamic_expansion=True),
+                                 mxrec_ref.LazyAdam(0.01), backend=backend)
+    with pytest.raises(UsageError, match="table 'kind': optimizer: set_optimizer keeps the kind 'LazyAdam'"):
+        store.set_optimizer(mxrec_ref.Adagrad(0.1))
+    assert store.optimizer == mxrec_ref.LazyAdam(0.01)
+    store.set_optimizer(mxrec_ref.LazyAdam(0.5, beta1=0.5))
+    assert store.optimizer == mxrec_ref.LazyAdam(0.5, beta1=0.5)
