@@ -9,6 +9,8 @@ import pytest
 
 import mxrec_ref
 from mxrec_ref import ConfigError, UsageError
+from mxrec_ref.distributed.comm import SingleProcess
+from mxrec_ref.distributed.sharded import ShardedStore
 from mxrec_ref.keras import Embedding, Model
 
 UNIFORM = keras.initializers.RandomUniform(-0.05, 0.05, seed=1)
@@ -147,3 +149,13 @@ def test_keras_13_set_optimizer_keeps_the_kind(backend):
     assert store.optimizer == mxrec_ref.LazyAdam(0.01)
     store.set_optimizer(mxrec_ref.LazyAdam(0.5, beta1=0.5))
     assert store.optimizer == mxrec_ref.LazyAdam(0.5, beta1=0.5)
+    # a sharded table hands it to its rank's shard, which applies
+    config = mxrec_ref.TableConfig("shard", dim=2, dynamic_expansion=True)
+    sharded = ShardedStore(mxrec_ref.open_store(config, mxrec_ref.SGD(0.1), backend=backend), SingleProcess())
+    sharded.set_optimizer(mxrec_ref.SGD(0.5))
+    result = sharded.lookup(np.array([3]), step=0)
+    before = result.embeddings().copy()
+    sharded.apply_gradients(result, np.ones((1, 2), np.float32), step=0)
+    assert sharded.local.optimizer == mxrec_ref.SGD(0.5)
+    assert np.array_equal(sharded.lookup(np.array([3]), train=False).embeddings(),
+                          before - np.float32(0.5))
