@@ -136,8 +136,10 @@ def test_obs_5_train_logdir_writes_loss_auc_and_every_tables_statistics(tmp_path
     statistics, at the global step, in one event file of DIR (the graph gets no summary ops)."""
     from mxrec_ref import train
 
-    config = train.TrainConfig(backend="ref", rows=6_000, steps=40, batch_size=128, eval_every=20, progress=False,
-                               logdir=str(tmp_path / "logs"))
+    flags = ["--backend", "ref", "--rows", "6000", "--steps", "40", "--batch-size", "128", "--eval-every", "20",
+             "--no-progress", "--logdir", str(tmp_path / "logs")]
+    config = train.config_from_args(train.build_parser().parse_args(flags))
+    assert config.logdir == str(tmp_path / "logs")
     result = train.run(config, echo=lambda line: None)
     found = scalars(tmp_path / "logs")
     for tag in ("train/loss", "test/auc", "test/logloss"):
