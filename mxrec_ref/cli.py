@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
 import re
@@ -103,6 +104,10 @@ def _main(argv: list[str] | None = None) -> int:
     level = logger.level
     handler = _log_to_stderr(verbose)
     try:
+        missing = missing_extra(args.command)
+        if missing:
+            print(f"mxrec-ref {args.command}: {missing}", file=sys.stderr)
+            return 2
         if args.command in USES_TENSORFLOW or getattr(args, "script", None) and args.command == "plan":
             import_tensorflow_quietly(verbose)
         return _dispatch(args)
@@ -121,6 +126,21 @@ def _main(argv: list[str] | None = None) -> int:
     finally:                              # main() may run in-process (tests, scripts): leave logging as it was
         logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+# Subcommands that need packages only an extra installs: (modules, the extra)
+EXTRAS = {"conformance": (("pytest", "hypothesis"), "test")}
+
+
+def missing_extra(command: str) -> str | None:
+    """The one line saying which extra ``command`` needs when one of its packages is not installed
+    (checked before anything is imported), else None."""
+    modules, extra = EXTRAS.get(command, ((), None))
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if not missing:
+        return None
+    return (f"needs {' and '.join(missing)}, which the '{extra}' extra installs: "
+            f"pip install 'mxrec-ref[{extra}]'")
 
 
 def _dispatch(args) -> int:

@@ -168,6 +168,18 @@ class Store(ABC):
         """What a training access adds to a count now: faae_coefficient, or 0 while counting is off."""
         return self.config.faae_coefficient if self.counting else 0
 
+    def set_optimizer(self, optimizer: SparseOptimizer) -> None:
+        """Apply with ``optimizer`` from now on: the same kind (the same slots), other hyper-parameters
+        -- a Keras optimizer's learning-rate schedule step by step, a recompiled model (KERAS-13)."""
+        if not isinstance(optimizer, SparseOptimizer) or optimizer.kind != self.optimizer.kind:
+            raise UsageError(f"table {self.name!r}: optimizer: set_optimizer keeps the kind "
+                             f"{self.optimizer.kind!r} (its slots), got {getattr(optimizer, 'kind', optimizer)!r}")
+        with self._lock:
+            self._set_optimizer(optimizer)
+
+    def _set_optimizer(self, optimizer: SparseOptimizer) -> None:
+        self.optimizer = optimizer
+
     def size(self) -> int:
         with self._lock:
             return self._size()

@@ -49,6 +49,7 @@ class TrainConfig:
     ssd_data_path: str | None = None  # storage "ssd": the SSD tier's folder (None: temporary, removed at the end)
     seed: int = 0
     progress: bool = True
+    logdir: str | None = None        # TensorBoard scalars: loss, AUC, each table's statistics (OBS-5)
 
 
 def positive_int(text: str) -> int:
@@ -101,6 +102,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     add("--warm-start", default=d.warm_start,
         help="warm-start every table and dense variable from this checkpoint or folder")
     add("--seed", type=int, default=d.seed, help="seed of the synthetic data and the initializers")
+    add("--logdir", default=d.logdir,
+        help="write TensorBoard scalars here at every evaluation: train/loss, test/auc, test/logloss and each "
+             "table's statistics mxrec/<table>/<statistic>")
     add("--no-progress", dest="progress", action="store_false", help="plain lines instead of a progress bar")
     return parser
 
@@ -322,6 +326,8 @@ def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
 
 
 def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_dir: bool):
+    from .tf.stats_scalars import stat_scalars   # local, as mx: TensorFlow loads for a run only
+
     graph = build_training_graph(tf, mx, config, train_data)
     tables, specs, loss, train_op, global_step = graph.tables, graph.specs, graph.loss, graph.train_op, graph.global_step
     evicting = graph.evicting
@@ -355,6 +361,7 @@ def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_d
         scores = np.concatenate(scores)
         return auc(test_data.labels, scores), log_loss(test_data.labels, scores)
 
+    scalar_log = _scalar_log(config)
     history, losses = [], []
     train_seconds = 0.0          # training steps only: evaluation and start-up excluded
     started = time.perf_counter()
@@ -374,12 +381,17 @@ def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_d
                 test_auc, test_loss = evaluate(session)
                 history.append({"step": step, "train_loss": float(np.mean(losses[-config.eval_every:])),
                                 "test_auc": test_auc, "test_loss": test_loss})
+                if scalar_log is not None:
+                    scalar_log.write(step, [("train/loss", history[-1]["train_loss"]), ("test/auc", test_auc),
+                                            ("test/logloss", test_loss)] + stat_scalars(list(tables.values())))
                 progress.note(f"step {step}: train logloss {history[-1]['train_loss']:.4f}  test AUC "
                               f"{test_auc:.4f}  test logloss {test_loss:.4f}  "
                               f"{len(losses) * config.batch_size / train_seconds:,.0f} examples/s")
         if not history:            # resumed at or past --steps: nothing trained; say how good the model is
             test_auc, test_loss = evaluate(session)
             history.append({"step": step, "train_loss": float("nan"), "test_auc": test_auc, "test_loss": test_loss})
+    if scalar_log is not None:
+        scalar_log.close()
     elapsed = time.perf_counter() - started
     stats = {name: t.store.stats() for name, t in tables.items()}
     _print_stats(stats, echo)
@@ -389,6 +401,15 @@ def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_d
          f"evaluation)")
     return {"history": history, "stats": stats, "examples_per_second": examples_per_second,
             "checkpoint_dir": checkpoint_dir if named_checkpoint_dir else None}
+
+
+def _scalar_log(config: TrainConfig):
+    """--logdir's writer (OBS-5), on rank 0 only (every rank's tables report their own shard: rank 0's)."""
+    if config.logdir is None or world().rank != 0:
+        return None
+    from .tf.scalar_log import ScalarLog      # local: TensorFlow loads for a run only
+
+    return ScalarLog(config.logdir)
 
 
 class _progress:

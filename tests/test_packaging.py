@@ -72,6 +72,9 @@ def test_sdist_carries_the_extension_sources_license_and_typing_marker(built):
         assert f"{top}/{path}" in names, path
     for source in sorted((Path(__file__).resolve().parent.parent / "cext").glob("*.p*")):   # every family file
         assert f"{top}/cext/{source.name}" in names, source.name
+    # the examples the README points to and the rule book (issue 33, item 7)
+    for shipped in sorted(REPO.glob("examples/*.py")) + sorted(REPO.glob("spec/*.md")):
+        assert f"{top}/{shipped.relative_to(REPO)}" in names, shipped.name
 
 
 def test_wheel_built_from_the_sdist_has_the_fast_path_and_metadata(built):
@@ -122,6 +125,13 @@ def test_the_installed_command_reports_its_version_and_bench_outside_a_checkout_
         f"of mxrec-ref (an installed package has no spec/): run it there or pass --root"]
     rules = _run([str(command), "rules", "ADM-2", "--root", str(REPO)], cwd=tmp_path, env=_clean_env())
     assert rules.stdout.startswith("ADM-2  (spec/admission.md:") and "test_adm_2_" in rules.stdout
+    # without the 'test' extra (pytest, hypothesis) the conformance suite says which extra, in one line
+    conformance = subprocess.run([str(command), "conformance"], cwd=tmp_path, env=_clean_env(), capture_output=True,
+                                 text=True, timeout=120)
+    assert conformance.returncode == 2 and conformance.stdout == ""
+    assert [line for line in conformance.stderr.splitlines() if line] == [
+        "mxrec-ref conformance: needs pytest and hypothesis, which the 'test' extra installs: "
+        "pip install 'mxrec-ref[test]'"]
 
 
 def test_the_version_is_written_once():

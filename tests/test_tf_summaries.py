@@ -129,3 +129,26 @@ def test_obs_3_tables_must_be_tables_given_once(tmp_path):
     with pytest.raises(ValueError, match="StatsLogger: tables: must be mxrec_ref stores or SparseTables, got str"):
         StatsLogger(tmp_path, tables=["clicks"])
     assert mx.StatsSummaryHook is StatsSummaryHook
+
+
+def test_obs_5_train_logdir_writes_loss_auc_and_every_tables_statistics(tmp_path):
+    """`mxrec-ref train --logdir DIR`: at every evaluation, train/loss, test/auc, test/logloss and each table's
+    statistics, at the global step, in one event file of DIR (the graph gets no summary ops)."""
+    from mxrec_ref import train
+
+    flags = ["--backend", "ref", "--rows", "6000", "--steps", "40", "--batch-size", "128", "--eval-every", "20",
+             "--no-progress", "--logdir", str(tmp_path / "logs")]
+    config = train.config_from_args(train.build_parser().parse_args(flags))
+    assert config.logdir == str(tmp_path / "logs")
+    result = train.run(config, echo=lambda line: None)
+    found = scalars(tmp_path / "logs")
+    for tag in ("train/loss", "test/auc", "test/logloss"):
+        assert sorted(found[tag]) == [20, 40], tag
+    assert [found["test/auc"][row["step"]] for row in result["history"]] == pytest.approx(
+        [row["test_auc"] for row in result["history"]])
+    for table in ("wide", "deep"):
+        for stat in STAT_NAMES:
+            assert sorted(found[f"mxrec/{table}/{stat}"]) == [20, 40], (table, stat)
+        assert found[f"mxrec/{table}/grad_applies"][40] == result["stats"][table]["grad_applies"]
+    assert set(found) == {"train/loss", "test/auc", "test/logloss"} | {
+        f"mxrec/{table}/{stat}" for table in ("wide", "deep") for stat in STAT_NAMES}

@@ -365,6 +365,10 @@ class ShardedStore(Store):
             self._hot.drop(evicted)
         return evicted
 
+    def _set_optimizer(self, optimizer) -> None:
+        self.optimizer = optimizer
+        self.local.set_optimizer(optimizer)       # the rank's shard applies (KERAS-13)
+
     def _size(self) -> int:
         return sum(s["size"] for s in self._owner_stats)
 

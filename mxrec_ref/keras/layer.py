@@ -25,11 +25,28 @@ from ..optimizers import SparseOptimizer, optimizer_from_description
 from ..tf.lookup_limit import count_lookup
 from ..tf.table import NO_RESULT, KeptResults, initializer_from_tf
 from . import ids as ids_module
+from .optimizer_twin import learning_rate_tensor, sparse_twin
 from .tracking import TableCheckpoint
 from .tape import TrainingLookup, active_tape
 
 # TableConfig fields a layer takes as keyword arguments (name and dim are the layer's own)
 TABLE_FIELDS = tuple(f.name for f in dataclasses.fields(TableConfig) if f.name not in ("name", "dim"))
+
+
+def refuse_several_replicas(table: str) -> None:
+    """KERAS-15: under a ``tf.distribute`` strategy with several replicas each replica would look up and
+    apply its own share of the batch to the one store -- several optimizer steps a step, a table unlike one
+    replica's -- so a training lookup is refused when the step is built, before the store changes."""
+    context = tf.distribute.get_replica_context()
+    replicas = (context.num_replicas_in_sync if context is not None
+                else tf.distribute.get_strategy().num_replicas_in_sync)
+    if replicas > 1:
+        strategy = type(tf.distribute.get_strategy()).__name__
+        raise UsageError(
+            f"table {table!r}: tf.distribute: {strategy} runs {replicas} replicas, and each would apply its "
+            f"own gradient to this one table (it would not match a one-replica run); train with one replica "
+            f"per process, and to train on several processes launch them with `mpirun -np N`, which shards "
+            f"each table over the ranks (spec/sharding.md)")
 
 
 @keras.saving.register_keras_serializable(package="mxrec_ref")
@@ -40,8 +57,9 @@ class Embedding(keras.layers.Layer):
     ``access_threshold``, ``eviction_threshold``, ``initializer`` -- an
     ``mxrec_ref.Initializer`` or a Keras/TF initializer --, ``serving_default_value``,
     ``dynamic_expansion``, ``host_vocabulary_size``, ...).  ``optimizer``: the
-    table's sparse optimizer (``mxrec_ref.Adagrad(...)`` etc.; default SGD(0.01),
-    the store's).  ``backend``: "ref" or "fast" (default: "fast" when built).
+    table's sparse optimizer (``mxrec_ref.Adagrad(...)`` etc.); None: the sparse
+    twin of the optimizer the model is compiled with, its learning rate followed
+    step by step (KERAS-13; SGD(0.01), the store's, until a model binds one).  ``backend``: "ref" or "fast" (default: "fast" when built).
     ``combiner``: None, "sum", "mean" or "sqrtn" (ids.py).  The layer's name is
     the table's name (CFG-1).
     """
@@ -75,13 +93,19 @@ class Embedding(keras.layers.Layer):
         self._table_fields = table_fields
         self.store = open_store(self.config, optimizer, backend=self.backend,
                                 **({} if hot_rows is None else {"hot_rows": hot_rows}))
-        self.optimizer = self.store.optimizer
+        self.follows_model = optimizer is None   # the table learns with the model's optimizer (KERAS-13)
+        self.model_optimizer = None              # the Keras optimizer followed, bound by compile
         self.train_lookups_run = 0          # the step of a training lookup when the tape gives none (KERAS-3)
         self._step_lock = threading.Lock()
         self.kept_results = KeptResults()   # training lookup results awaiting their apply (KERAS-12)
         self.supports_jit = False           # a numpy_function cannot be XLA-compiled
         self.serving = None                 # (StaticHashTable, rows variable) while exporting (KERAS-9)
         self.table_checkpoint = TableCheckpoint(self)   # tf.train.Checkpoint's view of the table (KERAS-7)
+
+    @property
+    def optimizer(self) -> SparseOptimizer:
+        """The table's sparse optimizer (the store's)."""
+        return self.store.optimizer
 
     @property
     def dim(self) -> int:
@@ -111,7 +135,7 @@ class Embedding(keras.layers.Layer):
                 value = list(value)
             table_fields[field] = value
         return {**super().get_config(), "dim": self.dim, "combiner": self.combiner,
-                "optimizer": self.optimizer.describe(), "backend": self.backend, "hot_rows": self.hot_rows,
+                "optimizer": None if self.follows_model else self.optimizer.describe(), "backend": self.backend, "hot_rows": self.hot_rows,
                 **table_fields}
 
     # --------------------------------------------------------------- lookup
@@ -126,6 +150,8 @@ class Embedding(keras.layers.Layer):
             table, rows = self.serving
             return ids_module.assemble(layout, rows, table.lookup(keys), self.combiner, self.dim)
         tape = active_tape() if training else None
+        if training:
+            refuse_several_replicas(self.table_name)
         if training and tape is None:
             raise UsageError(
                 f"table {self.table_name!r}: training: this Embedding is called with training=True outside a "
@@ -169,12 +195,47 @@ class Embedding(keras.layers.Layer):
         result = self.store.lookup(keys, train=False)
         return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(-1), np.int64(NO_RESULT)
 
-    def apply_kept(self, keys, grads, step, token) -> int:
+    def apply_kept(self, keys, grads, step, token, learning_rate) -> int:
         """The store's apply of this layer's gradient rows for ``keys`` (KERAS-2), run inside the tape's
         one apply op: with the lookup's kept result when ``token`` names the lookup whose unique keys
-        these are, else by key; the same state bit for bit either way (OPT-9, KERAS-12)."""
+        these are, else by key; the same state bit for bit either way (OPT-9, KERAS-12).
+        ``learning_rate``: the followed Keras optimizer's at this step, negative when none (KERAS-13)."""
+        learning_rate = float(learning_rate)
+        if learning_rate >= 0 and learning_rate != self.store.optimizer.learning_rate:
+            self.store.set_optimizer(dataclasses.replace(self.store.optimizer, learning_rate=learning_rate))
         result = self.kept_results.take_for(int(token), keys)
         return self.store.apply_gradients(keys if result is None else result, grads, step=int(step))
+
+    # ------------------------------------------------------------ optimizer
+    def twin_for(self, keras_optimizer) -> SparseOptimizer:
+        """The sparse optimizer this layer would follow ``keras_optimizer`` with (KERAS-13), or the error
+        naming the table: no twin, or a table that has trained with another kind (its slots differ)."""
+        twin = sparse_twin(keras_optimizer, self.table_name)
+        if twin.kind != self.optimizer.kind and (self.train_lookups_run or self.store.size()):
+            raise UsageError(f"table {self.table_name!r}: optimizer: the table has trained with "
+                             f"{self.optimizer.kind}; the model's {type(keras_optimizer).__name__} maps to "
+                             f"{twin.kind}, whose slots differ; compile with the optimizer it trained with")
+        return twin
+
+    def follow_optimizer(self, keras_optimizer) -> None:
+        """Learn with the sparse twin of ``keras_optimizer`` from now on (KERAS-13); ``compile`` of
+        ``mxrec_ref.keras.Model`` calls it for every layer built without ``optimizer=``.  A table that has
+        not trained yet gets a fresh store with the twin; one that has keeps its state, the twin's
+        hyper-parameters taking over."""
+        twin = self.twin_for(keras_optimizer)
+        if twin.kind != self.optimizer.kind:
+            self.store = open_store(self.config, twin, backend=self.backend,
+                                    **({} if self.hot_rows is None else {"hot_rows": self.hot_rows}))
+            self.kept_results = KeptResults()
+        else:
+            self.store.set_optimizer(twin)
+        self.model_optimizer = keras_optimizer
+
+    def learning_rate_tensor(self) -> tf.Tensor:
+        """The learning rate this step's apply takes: the followed Keras optimizer's, -1 when none."""
+        if self.model_optimizer is None:
+            return tf.constant(-1.0, tf.float32)
+        return learning_rate_tensor(self.model_optimizer)
 
     # ------------------------------------------------------- checkpointing
     def save_own_variables(self, store):

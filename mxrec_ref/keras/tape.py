@@ -92,8 +92,9 @@ class TableGradientTape(tf.GradientTape):
 def _apply_op(layers: list[list]) -> tf.Tensor:
     """One numpy_function applying every layer's gradient (KERAS-12), the layers in the order of their
     first lookups under the tape: per layer its lookups' unique keys and gradient rows concatenated, the
-    latest step, and its lookup's result token when it looked up once (the apply then reuses that
-    lookup's dedup and row handles); several lookups are merged by key (OPT-1).  Returns the rows each
+    latest step, its lookup's result token when it looked up once (the apply then reuses that
+    lookup's dedup and row handles; several lookups are merged by key, OPT-1), and the learning rate of
+    the Keras optimizer it follows (KERAS-13; -1: its own).  Returns the rows each
     layer updated, int64 [layers]."""
     inputs, owners = [], []
     for pairs in layers:
@@ -102,10 +103,11 @@ def _apply_op(layers: list[list]) -> tf.Tensor:
         inputs += [tf.concat([lookup.unique_keys for lookup in lookups], axis=0),
                    tf.cast(tf.concat([grad for _, grad in pairs], axis=0), tf.float32),
                    tf.reduce_max(tf.stack([lookup.step for lookup in lookups])),
-                   lookups[0].token if len(lookups) == 1 else tf.constant(NO_RESULT, tf.int64)]
+                   lookups[0].token if len(lookups) == 1 else tf.constant(NO_RESULT, tf.int64),
+                   owners[-1].learning_rate_tensor()]
 
     def apply(*values):
-        return np.array([layer.apply_kept(*values[4 * i:4 * i + 4]) for i, layer in enumerate(owners)],
+        return np.array([layer.apply_kept(*values[5 * i:5 * i + 5]) for i, layer in enumerate(owners)],
                         dtype=np.int64)
 
     applied = tf.numpy_function(apply, inputs, tf.int64, stateful=True, name="sparse_apply")

@@ -10,8 +10,9 @@ import warnings
 import keras
 import tensorflow as tf
 
-from ..errors import MxrecError
-from .export import export_saved_model
+from ..errors import MxrecError, UsageError
+from .export import embedding_layers, export_saved_model
+from .layer import refuse_several_replicas
 from .tape import TableGradientTape
 
 
@@ -28,6 +29,9 @@ class TableTraining:
                 self.optimizer, keras.optimizers.LossScaleOptimizer):
             raise MxrecError("mxrec_ref.keras: loss scaling is not supported: the tables would receive scaled "
                              "gradients; use a float32 policy without LossScaleOptimizer")
+        for layer in embedding_layers(self):        # before the forward pass: the error names the table plainly
+            if layer.trainable:
+                refuse_several_replicas(layer.table_name)          # KERAS-15
         with TableGradientTape(step=self.optimizer.iterations) as tape:
             y_pred = self(x, training=True) if self._call_has_training_arg else self(x)
             loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
@@ -43,13 +47,37 @@ class TableTraining:
             self.optimizer.iterations.assign_add(1)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
-    def compile(self, *args, jit_compile="auto", **kwargs):
+    def fit(self, *args, **kwargs):
+        """Keras's ``fit``; a ``keras.callbacks.TensorBoard`` without the ``tensorboard`` package (which
+        implements ``tf.summary.scalar``) is refused before the first step, naming the extra (KERAS-16)."""
+        callbacks = kwargs.get("callbacks", args[5] if len(args) > 5 else None)
+        check_callbacks(callbacks)
+        return super().fit(*args, **kwargs)
+
+    def compile(self, optimizer="rmsprop", *args, jit_compile="auto", **kwargs):
         """Keras's ``compile``; ``jit_compile=True`` is refused: a table's store call is a
-        ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1)."""
+        ``tf.numpy_function``, which XLA cannot compile ("auto" turns XLA off, KERAS-1).  Every
+        ``Embedding`` built without ``optimizer=`` then follows the sparse twin of ``optimizer``
+        (KERAS-13); a layer that cannot is refused before the model changes."""
         if jit_compile is True:
             raise MxrecError("mxrec_ref.keras: compile: jit_compile=True cannot compile the tables' store calls "
                              "(tf.numpy_function); leave jit_compile='auto' or set it to False")
-        return super().compile(*args, jit_compile=jit_compile, **kwargs)
+        optimizer = keras.optimizers.get(optimizer)
+        followers = [layer for layer in embedding_layers(self) if layer.follows_model]
+        for layer in followers:
+            layer.twin_for(optimizer)                    # every refusal before anything changes
+        result = super().compile(optimizer, *args, jit_compile=jit_compile, **kwargs)
+        for layer in followers:
+            layer.follow_optimizer(self.optimizer)
+        return result
+
+    def compile_from_config(self, config):
+        """``keras.models.load_model``: compile as saved -- the tables follow the optimizer again -- and
+        build the optimizer so that its saved variables (step, slots) load next (KERAS-14)."""
+        config = keras.saving.deserialize_keras_object(config)
+        self.compile(**config)
+        if self.built:
+            self.optimizer.build(self.trainable_variables)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
         """Keras's ``export`` for a model with tables: ``format="tf_saved_model"`` writes
@@ -58,6 +86,20 @@ class TableTraining:
             raise MxrecError(f"mxrec_ref.keras: export: only format='tf_saved_model' with the model's own inputs "
                              f"is supported for a model with Embedding tables, got format={format!r}")
         return export_saved_model(self, filepath)
+
+
+def check_callbacks(callbacks) -> None:
+    """KERAS-16: Keras's TensorBoard callback writes with ``tf.summary.scalar``, which the ``tensorboard``
+    package implements (TensorFlow does not depend on it): without it the callback would fail after the
+    first epoch, the tables already trained."""
+    if not any(isinstance(callback, keras.callbacks.TensorBoard) for callback in callbacks or ()):
+        return
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise UsageError("mxrec_ref.keras: fit: callbacks: keras.callbacks.TensorBoard needs the tensorboard "
+                         "package, which the 'tensorboard' extra installs: pip install 'mxrec-ref[tensorboard]'") \
+            from None
 
 
 @keras.saving.register_keras_serializable(package="mxrec_ref")

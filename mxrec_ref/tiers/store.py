@@ -344,6 +344,10 @@ class TieredStore(Store):
         """Host memory and disk grow: any checkpoint fits (TIER-2)."""
         return None
 
+    def _set_optimizer(self, optimizer: SparseOptimizer) -> None:
+        self.optimizer = optimizer
+        self._inner.set_optimizer(optimizer)      # the in-memory tiers apply (KERAS-13)
+
     def table_clock(self):
         with self._lock:
             return self._inner.clock, self._inner.clock_source
