@@ -1,0 +1,183 @@
+"""Serving with incremental updates (spec/serving.md, issue 33 item 5): an updatable export takes deltas
+through its apply_delta signature in a process that never imports mxrec_ref, and then serves what the
+trainer's predict returns, bit for bit."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mxrec_ref
+from mxrec_ref import CheckpointError, UsageError
+from mxrec_ref.demo import synthetic_click_log
+from mxrec_ref.keras import Embedding, EvictCallback, Model, export_saved_model
+from mxrec_ref.serving import apply_delta, export_delta, read_delta
+
+UNIFORM = mxrec_ref.Initializer(kind="uniform", minval=-0.5, maxval=0.5, seed=7)
+
+# The server: numpy, zlib, json and TensorFlow only.  It reads a delta as spec SERVE-4 describes (manifest
+# checked first) and feeds its inputs by name to the apply_delta signature.
+SERVER = textwrap.dedent("""
+    import json, sys, zlib
+    import numpy as np
+    import tensorflow as tf
+
+    def read_delta(folder):
+        files = {}
+        for name, entry in json.load(open(f"{folder}/manifest.json"))["files"].items():
+            data = open(f"{folder}/{name}", "rb").read()
+            assert len(data) == entry["bytes"] and f"{zlib.crc32(data):08x}" == entry["crc32"], name
+            files[name] = data
+        meta = json.loads(files["meta.json"])
+        assert (meta["format"], meta["format_version"]) == ("mxrec-ref serving delta", 1), meta
+        feeds = {name: np.frombuffer(files[f"{name}.data"], entry["dtype"]).reshape(entry["shape"])
+                 for name, entry in meta["inputs"].items()}
+        return {"sequence": np.int64(meta["sequence"]), **feeds}
+
+    folder, steps = sys.argv[1], json.loads(sys.argv[2])
+    model = tf.saved_model.load(f"{folder}/export")
+    serve, apply = model.signatures["serving_default"], model.signatures["apply_delta"]
+    x = np.load(f"{folder}/x.npy")
+    for step in steps:           # "delta<k>": apply it; "expect<k>": serve and compare with the trainer
+        if step.startswith("delta"):
+            print(step, {k: int(v) for k, v in apply(**read_delta(f"{folder}/{step}")).items()})
+        else:
+            served = serve(ids=tf.constant(x))["output_0"].numpy()
+            expected = np.load(f"{folder}/{step}.npy")
+            assert np.array_equal(served, expected), (step, np.abs(served - expected).max())
+    try:
+        apply(**read_delta(f"{folder}/delta1"))          # applied already: refused, nothing changes
+        raise SystemExit("a delta applied twice was accepted")
+    except tf.errors.InvalidArgumentError as error:
+        assert "sequence" in str(error), error
+    assert np.array_equal(serve(ids=tf.constant(x))["output_0"].numpy(), np.load(f"{folder}/{steps[-1]}.npy"))
+    assert "mxrec_ref" not in sys.modules and not [m for m in sys.modules if m.startswith("mxrec_ref")]
+    print("SERVED")
+""")
+
+
+def run_server(folder, steps) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run([sys.executable, "-c", SERVER, str(folder), json.dumps(steps)], capture_output=True,
+                            text=True, timeout=300, cwd=folder, env={**env, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0 and "SERVED" in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def evicting_model(backend, name="srv"):
+    """ids [batch, 12] -> Embedding(8) with admission and eviction -> Dense(1, sigmoid)."""
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((12,), dtype="int64", name="ids")
+    table = Embedding(8, name=name, optimizer=mxrec_ref.Adagrad(0.3), backend=backend, initializer=UNIFORM,
+                      access_threshold=1, eviction_threshold=3, serving_default_value=0.125)
+    out = keras.layers.Dense(1, activation="sigmoid", name="head")(keras.layers.Flatten()(table(ids)))
+    model = Model(ids, out)
+    model.compile(keras.optimizers.Adam(0.01), "binary_crossentropy")
+    return model, table
+
+
+def test_serve_1_to_5_deltas_applied_without_mxrec_ref_serve_what_predict_returns(backend, tmp_path):
+    """SERVE-1 (updatable export, the rows grow past the spare ones), SERVE-2 (apply_delta in order, twice
+    refused), SERVE-3 (new, changed and evicted keys and the dense weights since the export, then since the
+    last delta), SERVE-4 (the format read with numpy and zlib), SERVE-5 (bit for bit, no mxrec_ref)."""
+    model, table = evicting_model(backend)
+    log = synthetic_click_log(6_000, seed=0)
+    fit = dict(batch_size=256, epochs=1, verbose=0, callbacks=[EvictCallback(every_n_batches=2)])
+    model.fit(log.keys[:2_000], log.labels[:2_000], **fit)
+    exported = table.store.export()
+    export_saved_model(model, tmp_path / "export", updatable=True, spare_rows=16)
+    x = np.concatenate([log.keys[5_000:], log.keys[5_000:] + 7, np.full((1, 12), -1)])   # old, new, padding keys
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "expect0.npy", model.predict(x, verbose=0))
+
+    summaries = []
+    for k, (start, stop, shift) in enumerate([(2_000, 3_500, 7), (3_500, 5_000, 13)], start=1):
+        model.fit(log.keys[start:stop] + shift, log.labels[start:stop], **fit)   # new keys, old ones evicted
+        summaries.append(export_delta(tmp_path / "export", tmp_path / f"delta{k}"))
+        np.save(tmp_path / f"expect{k}.npy", model.predict(x, verbose=0))
+    now = table.store.export()
+    first, second = (s["tables"]["srv"] for s in summaries)
+    assert [s["sequence"] for s in summaries] == [1, 2]
+    assert first["evicted"] > 0 and second["evicted"] > 0 and first["keys"] > 16       # grows past the spare rows
+    assert first["keys"] + second["keys"] < 2 * len(now.keys) + len(exported.keys)    # changed rows only
+    evicted_since_export = np.setdiff1d(exported.keys, now.keys)
+    assert len(evicted_since_export) > 0 and np.isin(x, evicted_since_export).any()    # served rows that go away
+    assert not np.array_equal(np.load(tmp_path / "expect0.npy"), np.load(tmp_path / "expect2.npy"))
+
+    out = run_server(tmp_path, ["expect0", "delta1", "expect1", "delta2", "expect2"])
+    used = json.loads(out.split("delta2 ")[1].splitlines()[0].replace("'", '"'))
+    assert used["srv_rows_used"] == len(now.keys) and used["srv_capacity"] >= used["srv_rows_used"]
+    assert used["srv_capacity"] > len(exported.keys) + 16                               # it grew
+
+
+def test_serve_2_a_bad_delta_is_refused_before_anything_changes(tmp_path):
+    """SERVE-2: rows of the wrong length, a key twice, a key both updated and evicted, a sequence out of
+    order: InvalidArgumentError naming the table and the input, the served model unchanged."""
+    model, table = evicting_model("ref", name="srv2")
+    log = synthetic_click_log(1_000, seed=1)
+    model.fit(log.keys, log.labels, batch_size=256, epochs=1, verbose=0)
+    export_saved_model(model, tmp_path / "export", updatable=True)
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    serve, apply = loaded.signatures["serving_default"], loaded.signatures["apply_delta"]
+    before = serve(ids=tf.constant(log.keys[:64]))["output_0"].numpy()
+    key = int(table.store.export().keys[0])
+    dense = {f"dense_{i}": tf.zeros_like(v) for i, v in enumerate([model.get_layer("head").kernel,
+                                                                   model.get_layer("head").bias])}
+    good = dict(sequence=np.int64(1), srv2_keys=np.array([key], np.int64), srv2_rows=np.ones((1, 8), np.float32),
+                srv2_evicted=np.zeros(0, np.int64), **dense)
+    for bad, message in [(dict(srv2_rows=np.ones((2, 8), np.float32)), "srv2.': apply_delta: rows"),
+                         (dict(srv2_keys=np.array([key, key], np.int64), srv2_rows=np.ones((2, 8), np.float32)),
+                          "srv2.': apply_delta: keys"),
+                         (dict(srv2_evicted=np.array([key], np.int64)), "srv2.': apply_delta: evicted"),
+                         (dict(sequence=np.int64(2)), "sequence")]:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            apply(**{**good, **bad})
+        assert np.array_equal(serve(ids=tf.constant(log.keys[:64]))["output_0"].numpy(), before)
+    assert int(apply(**good)["sequence"]) == 1           # the good one still applies, as the first delta
+
+
+def test_serve_3_and_4_errors_name_the_parameter_and_change_nothing(tmp_path):
+    """SERVE-3: an export this process did not write, a bad ``updatable`` or ``spare_rows``; SERVE-4: a
+    corrupted or truncated delta file is refused by read_delta naming the file; a failed export_delta keeps
+    the base (the next delta is still number 1, from the export)."""
+    model, table = evicting_model("ref", name="srv3")
+    log = synthetic_click_log(1_000, seed=2)
+    model.fit(log.keys, log.labels, batch_size=256, epochs=1, verbose=0)
+    with pytest.raises(UsageError, match="export_delta: export"):
+        export_delta(tmp_path / "nowhere", tmp_path / "d")
+    with pytest.raises(UsageError, match="updatable"):
+        export_saved_model(model, tmp_path / "e", updatable="yes")
+    with pytest.raises(UsageError, match="spare_rows"):
+        export_saved_model(model, tmp_path / "e", updatable=True, spare_rows=-1)
+    with pytest.raises(UsageError, match="spare_rows"):
+        export_saved_model(model, tmp_path / "e", spare_rows=8)
+    assert not (tmp_path / "e").exists()
+    export_saved_model(model, tmp_path / "export", updatable=True)
+    (tmp_path / "blocked").write_text("a file where the delta's parent folder would be")
+    with pytest.raises(CheckpointError, match="export_delta: path"):
+        export_delta(tmp_path / "export", tmp_path / "blocked" / "d1")
+    model.fit(log.keys + 1, log.labels, batch_size=256, epochs=1, verbose=0)
+    assert export_delta(tmp_path / "export", tmp_path / "d1")["sequence"] == 1
+    meta, inputs = read_delta(tmp_path / "d1")
+    assert meta["sequence"] == 1 and set(inputs) == {"sequence", "srv3_keys", "srv3_rows", "srv3_evicted",
+                                                     "dense_0", "dense_1"}
+    for damage in ("flip", "truncate"):
+        broken = tmp_path / f"broken_{damage}"
+        shutil.copytree(tmp_path / "d1", broken)
+        data = bytearray((broken / "srv3_rows.data").read_bytes())
+        data = data[:-4] if damage == "truncate" else data[:5] + bytes([data[5] ^ 1]) + data[6:]
+        (broken / "srv3_rows.data").write_bytes(bytes(data))
+        with pytest.raises(CheckpointError, match="srv3_rows.data.*corrupted"):
+            read_delta(broken)
+    loaded = tf.saved_model.load(str(tmp_path / "export"))
+    assert int(apply_delta(loaded, tmp_path / "d1")["sequence"]) == 1
+    served = loaded.signatures["serving_default"](ids=tf.constant(log.keys[:64]))["output_0"].numpy()
+    assert np.array_equal(served, model.predict(log.keys[:64], verbose=0))
