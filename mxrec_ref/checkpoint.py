@@ -476,26 +476,22 @@ def _decode(files: dict[str, np.ndarray], folder: Path, config: TableConfig, opt
     return meta, state, removed
 
 
-def changed_keys(keys, columns, old_keys, old_columns) -> np.ndarray:
-    """A mask over ``keys`` (ascending): the key is not in ``old_keys`` (ascending), or one of its
-    ``columns`` differs in any bit from the same key's ``old_columns`` (CKPT-9, SERVE-3)."""
-    at = np.minimum(np.searchsorted(old_keys, keys), max(len(old_keys) - 1, 0))
-    if len(old_keys) == 0:
-        return np.ones(len(keys), dtype=bool)
-    same = old_keys[at] == keys
-    for new, old in zip(columns, old_columns):
-        new_bits = new.view(np.uint32) if new.dtype == np.float32 else new
-        old_bits = old.view(np.uint32) if old.dtype == np.float32 else old
-        equal = new_bits == old_bits[at]
-        same &= equal.all(axis=1) if equal.ndim == 2 else equal
-    return ~same
-
-
 def delta_between(previous: TableState, current: TableState) -> tuple[TableState, np.ndarray]:
     """The keys of ``current`` that differ from ``previous`` (new, or any of
     row, slots, count, last-seen changed), and the keys ``previous`` had that
     ``current`` has not (CKPT-9)."""
-    changed = changed_keys
+    def changed(keys, columns, old_keys, old_columns):
+        at = np.minimum(np.searchsorted(old_keys, keys), max(len(old_keys) - 1, 0))
+        if len(old_keys) == 0:
+            return np.ones(len(keys), dtype=bool)
+        same = old_keys[at] == keys
+        for new, old in zip(columns, old_columns):
+            new_bits = new.view(np.uint32) if new.dtype == np.float32 else new
+            old_bits = old.view(np.uint32) if old.dtype == np.float32 else old
+            equal = new_bits == old_bits[at]
+            same &= equal.all(axis=1) if equal.ndim == 2 else equal
+        return ~same
+
     slot_names = sorted(current.slots)
     admitted = changed(current.keys, [current.values, *(current.slots[s] for s in slot_names), current.counts,
                                       current.last_seen],

@@ -35,6 +35,10 @@ from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm
 
 PAD_TO_MAX = 2**31 - 1        # send_count's range (CFG-8)
 PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, checked before any change (LKP-4)
+# The change log (SERVE-3): the calls that change rows, which a class must not override for its log to be
+# complete, and the entry a load or warm start leaves (every key may have changed).
+LOGGED_CALLS = ("lookup", "apply_gradients", "evict", "load", "apply_warm_start")
+ALL_KEYS = object()
 # Events of a table's life (spec/observability.md, OBS-2).  The logger keeps the name it had when
 # this module was mxrec_ref.store: OBS-2 names it, and users filter on it.
 logger = logging.getLogger("mxrec_ref.store")
@@ -75,6 +79,7 @@ class Store(ABC):
         self.optimizer = optimizer
         self.counting = True      # False after set_threshold(0): counts frozen (ADM-9)
         self._last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
+        self._change_log = None        # key arrays whose rows may have changed, ALL_KEYS, or None: no log (SERVE-3)
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- API
@@ -103,7 +108,10 @@ class Store(ABC):
             timestamp = self._check_time("timestamp", timestamp, required=False)
         pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            return _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
+            result = _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
+            if train:
+                self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
+            return result
 
     def apply_gradients(self, result, grad_rows, *, step: int) -> int:
         """Apply one gradient row per unique key with the store's optimizer.
@@ -132,6 +140,7 @@ class Store(ABC):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
+            self._log_changes(keys)
             if isinstance(result, LookupResult):
                 return self._apply_result(keys, grads, mask, step, result.row_handles)
             return self._apply(keys, grads, mask, step)
@@ -145,6 +154,7 @@ class Store(ABC):
         now = self._check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
             evicted = self._evict(now)
+            self._log_changes(evicted)
         logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
                    self.name, len(evicted), now)
         return evicted
@@ -220,6 +230,7 @@ class Store(ABC):
             self._check_fits(len(state.keys))
             self._import_state(state)
             self._last_checkpoint = (directory, state)
+            self._log_changes(ALL_KEYS)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
 
     def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
@@ -262,6 +273,7 @@ class Store(ABC):
             merged = merge_warm_start(self._export(), plan.loaded, self.config.admit_threshold, plan.now)
             self._check_fits(len(merged.keys))
             self._import_state(merged)
+            self._log_changes(ALL_KEYS)
         logger.info("table %r: warm start merged %d keys from %s", self.name, len(plan.loaded.keys), plan.directory)
         return len(plan.loaded.keys)
 
@@ -279,6 +291,50 @@ class Store(ABC):
         flat, _ = self._check_keys(keys)
         with self._lock:
             return self._row_handles(flat)
+
+    # ------------------------------------------------ change log (spec/serving.md, SERVE-3)
+    def keep_change_log(self) -> None:
+        """Start (or restart) the log of the keys whose row may change: those a training lookup,
+        ``apply_gradients`` or ``evict`` touches; a ``load`` or warm start marks every key.  Recording
+        costs one reference per call; the log only grows until ``take_change_log``."""
+        with self._lock:
+            self._change_log = []
+
+    def take_change_log(self) -> np.ndarray | None:
+        """The keys (ascending, unique, padding excluded) whose rows may have changed since the log
+        started or was last taken, and restart it; None when the log cannot say: none is kept, a load or
+        warm start replaced rows wholesale, or this class changes rows outside the logged calls (the
+        sharded and replicated stores override them).  A superset: a key may be listed unchanged."""
+        with self._lock:
+            log, self._change_log = self._change_log, ([] if self._change_log is not None else None)
+        if log is None or any(part is ALL_KEYS for part in log) or not self._logs_every_change():
+            return None
+        keys = np.unique(np.concatenate([np.zeros(0, np.int64), *log]).astype(np.int64, copy=False))
+        return keys[keys != PADDING_KEY]
+
+    def rows_now(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask: the key holds a row, the rows of those keys) for ``keys`` (ascending int64), read
+        without changing anything -- no statistic either, unlike an evaluation lookup.  Backends with a
+        row copy (``_rows_of``) read only those rows; a tiered table reads its export."""
+        keys = np.asarray(keys, dtype=np.int64)
+        with self._lock:
+            if self.tiered or not hasattr(self, "_rows_of"):
+                state = self._export()
+                at = np.minimum(np.searchsorted(state.keys, keys), max(len(state.keys) - 1, 0))
+                held = (state.keys[at] == keys) if len(state.keys) else np.zeros(len(keys), bool)
+                return held, np.asarray(state.values, np.float32)[at[held]]
+            handles = np.asarray(self._row_handles(keys), dtype=np.int64)
+            held = handles >= 0
+            if not held.any():
+                return held, np.zeros((0, self.config.dim), np.float32)
+            return held, np.asarray(self._rows_of(keys[held], handles[held])[0], np.float32)
+
+    def _log_changes(self, keys) -> None:
+        if self._change_log is not None:
+            self._change_log.append(keys)
+
+    def _logs_every_change(self) -> bool:
+        return all(getattr(type(self), name) is getattr(Store, name) for name in LOGGED_CALLS)
 
     # ------------------------------------------------------ backend hooks
     @abstractmethod

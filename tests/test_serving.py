@@ -87,7 +87,7 @@ def evicting_model(backend, name="srv"):
 def test_serve_1_to_5_deltas_applied_without_mxrec_ref_serve_what_predict_returns(backend, tmp_path):
     """SERVE-1 (updatable export, the rows grow past the spare ones), SERVE-2 (apply_delta in order, twice
     refused), SERVE-3 (new, changed and evicted keys and the dense weights since the export, then since the
-    last delta), SERVE-4 (the format read with numpy and zlib), SERVE-5 (bit for bit, no mxrec_ref)."""
+    last delta, from the change log; after a load, a full delta), SERVE-4 (the format read with numpy and zlib), SERVE-5 (bit for bit, no mxrec_ref)."""
     model, table = evicting_model(backend)
     log = synthetic_click_log(6_000, seed=0)
     fit = dict(batch_size=256, epochs=1, verbose=0, callbacks=[EvictCallback(every_n_batches=2)])
@@ -98,23 +98,33 @@ def test_serve_1_to_5_deltas_applied_without_mxrec_ref_serve_what_predict_return
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "expect0.npy", model.predict(x, verbose=0))
 
-    summaries = []
+    summaries, states = [], []
     for k, (start, stop, shift) in enumerate([(2_000, 3_500, 7), (3_500, 5_000, 13)], start=1):
         model.fit(log.keys[start:stop] + shift, log.labels[start:stop], **fit)   # new keys, old ones evicted
         summaries.append(export_delta(tmp_path / "export", tmp_path / f"delta{k}"))
         np.save(tmp_path / f"expect{k}.npy", model.predict(x, verbose=0))
-    now = table.store.export()
+        states.append(table.store.export())
+        if k == 1:
+            table.store.save(tmp_path / "ckpt")
     first, second = (s["tables"]["srv"] for s in summaries)
-    assert [s["sequence"] for s in summaries] == [1, 2]
+    assert [s["sequence"] for s in summaries] == [1, 2] and not first["full"] and not second["full"]
     assert first["evicted"] > 0 and second["evicted"] > 0 and first["keys"] > 16       # grows past the spare rows
-    assert first["keys"] + second["keys"] < 2 * len(now.keys) + len(exported.keys)    # changed rows only
-    evicted_since_export = np.setdiff1d(exported.keys, now.keys)
+    evicted_since_export = np.setdiff1d(exported.keys, states[1].keys)
     assert len(evicted_since_export) > 0 and np.isin(x, evicted_since_export).any()    # served rows that go away
     assert not np.array_equal(np.load(tmp_path / "expect0.npy"), np.load(tmp_path / "expect2.npy"))
+    table.store.load(tmp_path / "ckpt")          # rows replaced wholesale: the log cannot say, a full delta
+    third = export_delta(tmp_path / "export", tmp_path / "delta3")["tables"]["srv"]
+    assert third["full"] and third["keys"] == len(states[0].keys)
+    assert third["evicted"] == len(np.setdiff1d(states[1].keys, states[0].keys)) > 0
+    np.save(tmp_path / "expect3.npy", model.predict(x, verbose=0))
+    model.fit(log.keys[:500] + 99, log.labels[:500], **fit)      # and the log again after the full delta
+    assert not export_delta(tmp_path / "export", tmp_path / "delta4")["tables"]["srv"]["full"]
+    np.save(tmp_path / "expect4.npy", model.predict(x, verbose=0))
 
-    out = run_server(tmp_path, ["expect0", "delta1", "expect1", "delta2", "expect2"])
+    out = run_server(tmp_path, ["expect0", "delta1", "expect1", "delta2", "expect2", "delta3", "expect3",
+                                "delta4", "expect4"])
     used = json.loads(out.split("delta2 ")[1].splitlines()[0].replace("'", '"'))
-    assert used["srv_rows_used"] == len(now.keys) and used["srv_capacity"] >= used["srv_rows_used"]
+    assert used["srv_rows_used"] == len(states[1].keys) and used["srv_capacity"] >= used["srv_rows_used"]
     assert used["srv_capacity"] > len(exported.keys) + 16                               # it grew
 
 
@@ -181,3 +191,44 @@ def test_serve_3_and_4_errors_name_the_parameter_and_change_nothing(tmp_path):
     assert int(apply_delta(loaded, tmp_path / "d1")["sequence"]) == 1
     served = loaded.signatures["serving_default"](ids=tf.constant(log.keys[:64]))["output_0"].numpy()
     assert np.array_equal(served, model.predict(log.keys[:64], verbose=0))
+
+
+@pytest.mark.parametrize("tiered", [False, True], ids=["hbm", "ddr"])
+def test_serve_3_the_change_log_lists_exactly_the_keys_touched_and_every_changed_row(backend, tiered, tmp_path):
+    """SERVE-3: after keep_change_log, take_change_log lists the keys of the training lookups,
+    apply_gradients and evict calls since (so every key whose row changed, appeared or went), none other;
+    rows_now reads their rows as export() holds them and changes no statistic; a load makes it None."""
+    tiers = dict(host_vocabulary_size=4_096, device_vocabulary_size=64) if tiered else dict(dynamic_expansion=True)
+    config = mxrec_ref.TableConfig("log", dim=4, access_threshold=2, eviction_threshold=5,
+                                   initializer=UNIFORM, **tiers)
+    store = mxrec_ref.open_store(config, mxrec_ref.Adagrad(0.1), backend=backend)
+    rng = np.random.default_rng(0)
+    for step in range(6):
+        result = store.lookup(rng.integers(0, 400, 64), step=step)
+        store.apply_gradients(result, rng.normal(size=(len(result.unique_keys), 4)).astype(np.float32), step=step)
+    assert store.take_change_log() is None                 # no log kept yet
+    store.keep_change_log()
+    before, touched = store.export(), []
+    for step in range(6, 12):
+        keys = rng.integers(300, 700, 64)
+        result = store.lookup(keys, step=step)
+        store.apply_gradients(result, rng.normal(size=(len(result.unique_keys), 4)).astype(np.float32), step=step)
+        touched += [keys, store.evict(step)]
+    store.lookup(np.arange(800, 900), train=False)           # evaluation: changes nothing, not logged
+    after, stats = store.export(), store.stats()
+    logged = store.take_change_log()
+    assert np.array_equal(logged, np.unique(np.concatenate(touched)))
+    changed = np.setxor1d(before.keys, after.keys)
+    common = np.intersect1d(before.keys, after.keys)
+    moved = common[(before.values[np.searchsorted(before.keys, common)] !=
+                    after.values[np.searchsorted(after.keys, common)]).any(axis=1)]
+    assert np.isin(np.union1d(changed, moved), logged).all() and len(moved) > 0 and len(changed) > 0
+    held, rows = store.rows_now(logged)
+    assert np.array_equal(logged[held], np.intersect1d(logged, after.keys))
+    assert np.array_equal(rows, after.values[np.searchsorted(after.keys, logged[held])])
+    assert store.stats() == stats and store.export().differences(after) == []
+    assert len(store.take_change_log()) == 0                 # taken: the log restarted
+    store.save(tmp_path / "ckpt")
+    store.load(tmp_path / "ckpt")
+    assert store.take_change_log() is None                 # rows replaced wholesale: the log cannot say
+    assert len(store.take_change_log()) == 0

@@ -122,7 +122,7 @@ def export_saved_model(model, path, *, updatable: bool = False, spare_rows: int 
         check_no_pyfunc(signatures["apply_delta"].graph.as_graph_def(), "export_saved_model")
     tf.saved_model.save(module, str(path), signatures=signatures, options=SAVE_OPTIONS)
     if updatable:
-        register(ServingBase(str(path), [ServedTable(layer.table_name, layer.store, state.keys, state.values)
+        register(ServingBase(str(path), [ServedTable(layer.table_name, layer.store, state.keys)
                                          for layer, state in zip(layers, states)],
                              dense=[variable.numpy for variable in dense]))
     return str(path)

@@ -1,12 +1,15 @@
 """Deltas of an updatable export (SERVE-3, SERVE-4): what changed since the export or the last delta,
-found by comparing each table with the snapshot taken then, written in a small checksummed format.
+found through the store's change log, written in a small checksummed format.
 
-How the trainer knows what changed: ``export_saved_model(..., updatable=True)`` keeps, in this process,
-each table's keys and rows as exported (the *base*).  ``export_delta`` exports the store now, compares it
-with the base bit for bit (keys ascending on both sides: one ``searchsorted`` and one comparison of the
-rows), writes the keys whose row is new or differs, the keys gone, and every dense variable, and makes the
-current state the base of the next delta.  The store keeps no change log, so the cost is one pass over the
-table in memory (no disk, no TensorFlow), and the store stays exactly as deterministic as it was.
+How the trainer knows what changed: ``export_saved_model(..., updatable=True)`` starts each table's change
+log (``Store.keep_change_log``: the keys each training lookup, ``apply_gradients`` and ``evict`` touches,
+one array reference per call).  ``export_delta`` takes the log, reads the rows those keys hold now
+(``Store.rows_now``: only those rows, no statistic changes) and writes them; the logged keys that hold no row
+now are written as evicted (a key the server never held is ignored there).  The cost grows with the keys
+touched, not with the table.  Where the log cannot say (a ``load`` or warm start replaced rows wholesale, or a
+sharded or replicated store), the delta carries every row the table holds and evicts what the server holds
+beyond them: this process keeps the server's key set as the export's keys plus each delta's changes, applied
+only then.  The store's results never depend on the log.
 
 The delta folder (format version 1)::
 
@@ -36,11 +39,20 @@ FORMAT_VERSION = 1
 
 @dataclass
 class ServedTable:
-    """A table of an updatable export: its store and its keys and rows as the server holds them now."""
+    """A table of an updatable export: its store, and the keys the server holds: the export's keys, then
+    each delta's (written keys, evicted keys) in order, merged only when a full delta needs them."""
     name: str
     store: object
-    keys: np.ndarray
-    rows: np.ndarray
+    exported_keys: np.ndarray
+    deltas: list = field(default_factory=list)
+    untaken: np.ndarray | None = None   # keys of a log taken by a delta that failed: the next one writes them
+    full_next: bool = False             # a failed delta was a full one
+
+    def server_keys(self) -> np.ndarray:
+        keys = self.exported_keys
+        for written, evicted in self.deltas:
+            keys = np.union1d(np.setdiff1d(keys, evicted, assume_unique=True), written)
+        return keys
 
 
 @dataclass
@@ -56,42 +68,63 @@ _BASES: dict[str, ServingBase] = {}
 
 
 def register(base: ServingBase) -> None:
-    """Called by the exporters: ``base.path``'s deltas start from the state just exported."""
+    """Called by the exporters once the export is written: ``base.path``'s deltas start from the state just
+    exported (each store's change log restarts now)."""
+    for table in base.tables:
+        table.store.keep_change_log()
     _BASES[os.path.realpath(base.path)] = base
 
 
-def changed_rows(base_keys, base_rows, keys, rows) -> tuple[np.ndarray, np.ndarray]:
-    """(mask over ``keys``: new, or its row differs in any bit; the keys of ``base_keys`` gone).
-    Both key arrays ascending."""
-    return (ckpt.changed_keys(keys, [rows], base_keys, [base_rows]),
-            np.setdiff1d(base_keys, keys, assume_unique=True))
+def table_delta(table: ServedTable) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """(keys to write ascending, their rows, keys to evict, whether this is a full delta) of one table."""
+    logged = table.store.take_change_log()
+    if logged is not None and not table.full_next:
+        if table.untaken is not None:
+            logged = np.union1d(logged, table.untaken)
+        held, rows = table.store.rows_now(logged)
+        return logged[held], rows, logged[~held], False
+    state = table.store.export()                    # every row; evict what the server holds beyond them
+    return (state.keys, np.asarray(state.values, np.float32),
+            np.setdiff1d(table.server_keys(), state.keys, assume_unique=True), True)
 
 
 def export_delta(export, path) -> dict:
     """Write to ``path`` the delta from what the server of ``export`` (the path an updatable
     ``export_saved_model`` wrote, in this process) holds -- the export and the deltas written for it so
     far -- to the tables and dense variables now.  Returns a summary: ``sequence`` and, per table, the
-    counts of keys written and evicted.  A failed call writes nothing and keeps the base."""
+    counts of keys written and evicted and whether the delta is full.  A failed call writes nothing, and
+    the next delta still carries what this one would have."""
     where = os.path.realpath(os.fspath(export)) if isinstance(export, (str, os.PathLike)) else None
     base = _BASES.get(where)
     if base is None:
         raise UsageError(f"export_delta: export: {export!r} is not an updatable export written by this process "
                          f"(export_saved_model(..., updatable=True)); known: {sorted(_BASES)}")
-    inputs, now, summary = {}, [], {"sequence": base.sequence + 1, "tables": {}}
+    inputs, changes, summary = {}, [], {"sequence": base.sequence + 1, "tables": {}}
     for table in base.tables:
-        state = table.store.export()
-        values = np.asarray(state.values, dtype=np.float32)
-        mask, evicted = changed_rows(table.keys, table.rows, state.keys, values)
-        inputs[input_name(table.name, "keys")] = state.keys[mask].astype(np.int64)
-        inputs[input_name(table.name, "rows")] = values[mask]
-        inputs[input_name(table.name, "evicted")] = evicted.astype(np.int64)
-        summary["tables"][table.name] = {"keys": int(mask.sum()), "evicted": len(evicted)}
-        now.append((state.keys, values))
+        keys, rows, evicted, full = table_delta(table)
+        changes.append((keys, evicted, full))
+        inputs[input_name(table.name, "keys")] = keys.astype(np.int64, copy=False)
+        inputs[input_name(table.name, "rows")] = rows
+        inputs[input_name(table.name, "evicted")] = evicted.astype(np.int64, copy=False)
+        summary["tables"][table.name] = {"keys": len(keys), "evicted": len(evicted), "full": full}
     for i, value in enumerate(base.dense):
         inputs[f"dense_{i}"] = np.asarray(value())
-    write_delta(path, base.sequence + 1, inputs, summary["tables"])
-    for table, (keys, rows) in zip(base.tables, now):     # only once written: a failed call keeps the base
-        table.keys, table.rows = keys, rows
+    try:
+        write_delta(path, base.sequence + 1, inputs, summary["tables"])
+    except BaseException:
+        for table, (keys, evicted, full) in zip(base.tables, changes):   # the next delta carries these
+            table.full_next = table.full_next or full
+            table.untaken = np.union1d(keys, evicted) if table.untaken is None else \
+                np.union1d(table.untaken, np.union1d(keys, evicted))
+        raise
+    for table, (keys, evicted, full) in zip(base.tables, changes):
+        if full:
+            table.exported_keys, table.deltas = keys, []
+        else:
+            table.deltas.append((keys, evicted))
+            if sum(len(k) + len(e) for k, e in table.deltas) > len(table.exported_keys) + 4096:
+                table.exported_keys, table.deltas = table.server_keys(), []   # amortised: memory stays O(table)
+        table.untaken, table.full_next = None, False
     base.sequence += 1
     return summary
 

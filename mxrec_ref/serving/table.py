@@ -82,17 +82,24 @@ class UpdatableTable(tf.Module):
         given = tf.concat([free[n_free - reused:], tf.range(used, end)], 0)
         self.free.assign(free[:n_free - reused])
         self.used.assign(end)
-        capacity = tf.shape(self.rows, out_type=tf.int64)[0]
+        capacity = self.capacity()
 
         def grown():
             extra = tf.maximum(capacity, end - capacity)
-            return self.rows.assign(tf.concat([self.rows, tf.zeros(tf.stack([extra, self.dim]))], 0)).read_value()
+            self.rows.assign(tf.concat([self.rows, tf.zeros(tf.stack([extra, self.dim]))], 0))
+            return self.capacity()
 
-        with tf.control_dependencies([tf.cond(end > capacity, grown, self.rows.read_value)]):
+        with tf.control_dependencies([tf.cond(end > capacity, grown, lambda: capacity)]):
             at = tf.tensor_scatter_nd_update(at, tf.where(new), given)
             self.index.insert(tf.boolean_mask(keys, new), given)
             self.rows.scatter_nd_update(at[:, None], rows)
-        return end - 1, tf.shape(self.rows, out_type=tf.int64)[0] - 1
+        return end - 1, self.capacity() - 1
+
+    def capacity(self):
+        """The rows' first dimension, read from the variable's shape: ``tf.shape(self.rows)`` would read its
+        value, and a dense read of a variable that is also scattered into copies all of it (the cost of a
+        delta would then grow with the table)."""
+        return tf.raw_ops.VariableShape(input=self.rows.handle, out_type=tf.int64)[0]
 
 
 def check_spare_rows(spare_rows, updatable: bool) -> None:
