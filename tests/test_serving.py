@@ -16,10 +16,12 @@ import pytest
 import tensorflow as tf
 
 import mxrec_ref
+import mxrec_ref.tf as mx
 from mxrec_ref import CheckpointError, UsageError
 from mxrec_ref.demo import synthetic_click_log
 from mxrec_ref.keras import Embedding, EvictCallback, Model, export_saved_model
 from mxrec_ref.serving import apply_delta, export_delta, read_delta
+from mxrec_ref.tf.optimizers import adagrad
 
 UNIFORM = mxrec_ref.Initializer(kind="uniform", minval=-0.5, maxval=0.5, seed=7)
 
@@ -232,3 +234,50 @@ def test_serve_3_the_change_log_lists_exactly_the_keys_touched_and_every_changed
     store.load(tmp_path / "ckpt")
     assert store.take_change_log() is None                 # rows replaced wholesale: the log cannot say
     assert len(store.take_change_log()) == 0
+
+
+@pytest.mark.parametrize("tf1_backend", ["ref", "fast"])
+def test_serve_1_and_5_the_tf1_export_takes_deltas_too(tf1_backend, tmp_path):
+    """SERVE-1 for mxrec_ref.tf.export_saved_model(updatable=True): a sparse_lookup graph trained on after the
+    export (new keys, dense weights) and served through deltas without mxrec_ref, bit for bit as session.run."""
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
+    graph = tf.Graph()
+    with graph.as_default():
+        mx.init(backend=tf1_backend)
+        table = mx.create_table(tf.int64, 4, "user", tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1),
+                                device_vocabulary_size=500)
+        ids = tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids")
+        head = tf.keras.layers.Dense(1)
+        logits = tf.reduce_sum(head(tf.reshape(mx.sparse_lookup(table, ids, modify_graph=True), [-1, 8])), axis=1)
+        evaluation = mx.sparse_lookup(table, ids, modify_graph=True, is_train=False, serving_default_value=0.25)
+        eval_logits = tf.reduce_sum(head(tf.reshape(evaluation, [-1, 8])), axis=1)
+        loss = tf.reduce_mean(tf.square(logits - 1.0))
+        _, sparse = mx.get_dense_and_sparse_variable()
+        dense = tf.compat.v1.trainable_variables()
+        train = [adagrad.create_hash_optimizer(learning_rate=0.2).apply_gradients(
+                     zip(tf.gradients(loss, sparse), sparse)),
+                 tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, var_list=dense)]
+        session = tf.compat.v1.Session()
+        session.run(tf.compat.v1.global_variables_initializer())
+    x = np.random.default_rng(0).integers(0, 50, (32, 2))
+    query = np.concatenate([x, x + 100, [[999, -1]]])
+    np.save(tmp_path / "x.npy", query)
+    outputs = {"output_0": eval_logits}
+    try:
+        for _ in range(3):
+            session.run(train, {ids: x})
+        with pytest.raises(UsageError, match="spare_rows"):
+            mx.export_saved_model(session, {"ids": ids}, outputs, tmp_path / "bad", spare_rows=4)
+        mx.export_saved_model(session, {"ids": ids}, outputs, tmp_path / "export", updatable=True, spare_rows=8)
+        np.save(tmp_path / "expect0.npy", session.run(eval_logits, {ids: query}))
+        for _ in range(3):
+            session.run(train, {ids: x + 100})                  # 40-odd new keys: past the 8 spare rows
+        summary = export_delta(tmp_path / "export", tmp_path / "delta1")
+        np.save(tmp_path / "expect1.npy", session.run(eval_logits, {ids: query}))
+    finally:
+        session.close()
+        mx.terminate_config_initializer()
+    assert summary["tables"]["user"]["keys"] > 8 and not summary["tables"]["user"]["full"]
+    assert not np.array_equal(np.load(tmp_path / "expect0.npy"), np.load(tmp_path / "expect1.npy"))
+    run_server(tmp_path, ["expect0", "delta1", "expect1"])
