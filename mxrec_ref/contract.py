@@ -64,6 +64,7 @@ class Store(ABC):
 
     backend_name = "abstract"
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
+    _change_log = None  # the change log (SERVE-3); a class default, so a subclass that skips __init__ logs nothing
     # A backend that cannot express storage tiers at all says why: open_store then raises NotSupported
     # with this reason for a DDR or SSD table (CON-11) instead of CON-10's UsageError.
     tiers_not_expressible: str | None = None

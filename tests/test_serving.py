@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import keras
 import numpy as np
@@ -173,10 +174,10 @@ def test_serve_3_and_4_errors_name_the_parameter_and_change_nothing(tmp_path):
         export_saved_model(model, tmp_path / "e", spare_rows=8)
     assert not (tmp_path / "e").exists()
     export_saved_model(model, tmp_path / "export", updatable=True)
-    (tmp_path / "blocked").write_text("a file where the delta's parent folder would be")
-    with pytest.raises(CheckpointError, match="export_delta: path"):
-        export_delta(tmp_path / "export", tmp_path / "blocked" / "d1")
     model.fit(log.keys + 1, log.labels, batch_size=256, epochs=1, verbose=0)
+    (tmp_path / "blocked").write_text("a file where the delta's parent folder would be")
+    with pytest.raises(CheckpointError, match="export_delta: path"):     # it took the log: the next one carries it
+        export_delta(tmp_path / "export", tmp_path / "blocked" / "d1")
     assert export_delta(tmp_path / "export", tmp_path / "d1")["sequence"] == 1
     meta, inputs = read_delta(tmp_path / "d1")
     assert meta["sequence"] == 1 and set(inputs) == {"sequence", "srv3_keys", "srv3_rows", "srv3_evicted",
@@ -189,6 +190,16 @@ def test_serve_3_and_4_errors_name_the_parameter_and_change_nothing(tmp_path):
         (broken / "srv3_rows.data").write_bytes(bytes(data))
         with pytest.raises(CheckpointError, match="srv3_rows.data.*corrupted"):
             read_delta(broken)
+    lying = tmp_path / "broken_meta"                  # intact files, but meta.json's shape disagrees with them
+    shutil.copytree(tmp_path / "d1", lying)
+    meta["inputs"]["srv3_rows"]["shape"][0] += 1
+    (lying / "meta.json").write_text(json.dumps(meta))
+    manifest = json.loads((lying / "manifest.json").read_text())
+    data = (lying / "meta.json").read_bytes()
+    manifest["files"]["meta.json"] = {"bytes": len(data), "crc32": f"{zlib.crc32(data):08x}"}
+    (lying / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="srv3_rows.data.*meta.json says"):
+        read_delta(lying)
     loaded = tf.saved_model.load(str(tmp_path / "export"))
     assert int(apply_delta(loaded, tmp_path / "d1")["sequence"]) == 1
     served = loaded.signatures["serving_default"](ids=tf.constant(log.keys[:64]))["output_0"].numpy()

@@ -178,17 +178,24 @@ def read_delta(path) -> tuple[dict, dict[str, np.ndarray]]:
         files[name] = data
     if "meta.json" not in files:
         raise corrupt("meta.json", "the manifest does not list it")
-    meta = json.loads(files["meta.json"])
-    if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
-        raise corrupt("meta.json", f"format {meta.get('format')!r} version {meta.get('format_version')!r} is not "
-                                   f"{FORMAT!r} version {FORMAT_VERSION}")
-    inputs = {"sequence": np.int64(meta["sequence"])}
-    for name, entry in meta["inputs"].items():
-        if f"{name}.data" not in files:
-            raise corrupt(f"{name}.data", "the manifest does not list it")
-        dtype = np.dtype(entry["dtype"])
-        inputs[name] = np.frombuffer(files[f"{name}.data"], dtype).astype(dtype.newbyteorder("="))\
-            .reshape(entry["shape"])
+    try:
+        meta = json.loads(files["meta.json"])
+        if meta.get("format") != FORMAT or meta.get("format_version") != FORMAT_VERSION:
+            raise corrupt("meta.json", f"format {meta.get('format')!r} version {meta.get('format_version')!r} "
+                                       f"is not {FORMAT!r} version {FORMAT_VERSION}")
+        inputs = {"sequence": np.int64(meta["sequence"])}
+        for name, entry in meta["inputs"].items():
+            if f"{name}.data" not in files:
+                raise corrupt(f"{name}.data", "the manifest does not list it")
+            dtype, shape = np.dtype(entry["dtype"]), [int(n) for n in entry["shape"]]
+            data = files[f"{name}.data"]
+            if len(data) != dtype.itemsize * int(np.prod(shape)):
+                raise corrupt(f"{name}.data", f"holds {len(data)} bytes, not {dtype} {shape} as meta.json says")
+            inputs[name] = np.frombuffer(data, dtype).astype(dtype.newbyteorder("=")).reshape(shape)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, CheckpointError):
+            raise
+        raise corrupt("meta.json", f"unreadable ({exc!r})") from None
     return meta, inputs
 
 
