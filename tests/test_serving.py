@@ -292,3 +292,19 @@ def test_serve_1_and_5_the_tf1_export_takes_deltas_too(tf1_backend, tmp_path):
     assert summary["tables"]["user"]["keys"] > 8 and not summary["tables"]["user"]["full"]
     assert not np.array_equal(np.load(tmp_path / "expect0.npy"), np.load(tmp_path / "expect1.npy"))
     run_server(tmp_path, ["expect0", "delta1", "expect1"])
+
+
+def test_serve_3_a_sharded_store_cannot_log_so_its_deltas_are_full():
+    """SERVE-3: ShardedStore overrides the logged calls (its collectives), so its log says None (and
+    export_delta writes a full delta) even after calls that would be logged on a plain store."""
+    from mxrec_ref.distributed import ShardedStore, VirtualWorld
+
+    config = mxrec_ref.TableConfig("shard", dim=4, dynamic_expansion=True)
+
+    def rank(index, comm):
+        store = ShardedStore(mxrec_ref.open_store(config, backend="fast"), comm)
+        store.keep_change_log()
+        store.lookup(np.array([1, 2, 3]), step=0)
+        return store.take_change_log()
+
+    assert VirtualWorld(2).run(rank) == [None, None]
