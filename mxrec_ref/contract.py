@@ -39,6 +39,9 @@ PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, chec
 # complete, and the entry a load or warm start leaves (every key may have changed).
 LOGGED_CALLS = ("lookup", "apply_gradients", "evict", "load", "apply_warm_start")
 ALL_KEYS = object()
+# A log longer than this many keys and 4x the table's rows gives up (ALL_KEYS: the next delta is full), so a log
+# nobody takes holds O(1) memory, not every key of every step.
+CHANGE_LOG_MIN_KEYS = 1 << 20
 # Events of a table's life (spec/observability.md, OBS-2).  The logger keeps the name it had when
 # this module was mxrec_ref.store: OBS-2 names it, and users filter on it.
 logger = logging.getLogger("mxrec_ref.store")
@@ -65,6 +68,7 @@ class Store(ABC):
     backend_name = "abstract"
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
     _change_log = None  # the change log (SERVE-3); a class default, so a subclass that skips __init__ logs nothing
+    _change_log_keys = 0
     # A backend that cannot express storage tiers at all says why: open_store then raises NotSupported
     # with this reason for a DDR or SSD table (CON-11) instead of CON-10's UsageError.
     tiers_not_expressible: str | None = None
@@ -297,9 +301,10 @@ class Store(ABC):
     def keep_change_log(self) -> None:
         """Start (or restart) the log of the keys whose row may change: those a training lookup,
         ``apply_gradients`` or ``evict`` touches; a ``load`` or warm start marks every key.  Recording
-        costs one reference per call; the log only grows until ``take_change_log``."""
+        costs one reference per call; a log that outgrows ``CHANGE_LOG_MIN_KEYS`` and 4x the table's rows
+        gives up until it is taken (None then: the next delta is full), so one nobody takes stays small."""
         with self._lock:
-            self._change_log = []
+            self._change_log, self._change_log_keys = [], 0
 
     def take_change_log(self) -> np.ndarray | None:
         """The keys (ascending, unique, padding excluded) whose rows may have changed since the log
@@ -308,6 +313,7 @@ class Store(ABC):
         sharded and replicated stores override them).  A superset: a key may be listed unchanged."""
         with self._lock:
             log, self._change_log = self._change_log, ([] if self._change_log is not None else None)
+            self._change_log_keys = 0
         if log is None or any(part is ALL_KEYS for part in log) or not self._logs_every_change():
             return None
         keys = np.unique(np.concatenate([np.zeros(0, np.int64), *log]).astype(np.int64, copy=False))
@@ -331,8 +337,16 @@ class Store(ABC):
             return held, np.asarray(self._rows_of(keys[held], handles[held])[0], np.float32)
 
     def _log_changes(self, keys) -> None:
-        if self._change_log is not None:
-            self._change_log.append(keys)
+        log = self._change_log
+        if log is None or (log and log[0] is ALL_KEYS):
+            return
+        if keys is ALL_KEYS:
+            self._change_log = [ALL_KEYS]
+            return
+        log.append(keys)
+        self._change_log_keys += len(keys)
+        if self._change_log_keys > max(CHANGE_LOG_MIN_KEYS, 4 * self._size()):
+            self._change_log = [ALL_KEYS]        # as long as the table: a full delta costs no more
 
     def _logs_every_change(self) -> bool:
         return all(getattr(type(self), name) is getattr(Store, name) for name in LOGGED_CALLS)

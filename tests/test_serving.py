@@ -308,3 +308,24 @@ def test_serve_3_a_sharded_store_cannot_log_so_its_deltas_are_full():
         return store.take_change_log()
 
     assert VirtualWorld(2).run(rank) == [None, None]
+
+
+def test_serve_3_a_change_log_nobody_takes_gives_up_instead_of_growing(backend, monkeypatch):
+    """SERVE-3: past CHANGE_LOG_MIN_KEYS and 4x the table's rows the log keeps nothing and says None (a full
+    delta); taken, it starts again."""
+    from mxrec_ref import contract
+
+    monkeypatch.setattr(contract, "CHANGE_LOG_MIN_KEYS", 100)
+    store = mxrec_ref.open_store(mxrec_ref.TableConfig("grow", dim=2, dynamic_expansion=True), backend=backend)
+    store.keep_change_log()
+    for step in range(4):                                   # 4 x 10 keys: under the limit
+        store.lookup(np.arange(10) + 10 * step, step=step)
+    assert len(store.take_change_log()) == 40
+    for step in range(4, 16):                               # 12 x 10 = 120 keys: under max(100, 4 x 40 rows)
+        store.lookup(np.arange(10), step=step)
+    assert len(store.take_change_log()) == 10
+    for step in range(16, 40):                              # 24 x 10 = 240 > max(100, 4 x 40)
+        store.lookup(np.arange(10), step=step)
+    assert store._change_log == [contract.ALL_KEYS] and store.take_change_log() is None
+    store.lookup(np.array([5]), step=40)
+    assert store.take_change_log().tolist() == [5]
