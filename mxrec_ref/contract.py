@@ -301,7 +301,7 @@ class Store(ABC):
     def keep_change_log(self) -> None:
         """Start (or restart) the log of the keys whose row may change: those a training lookup,
         ``apply_gradients`` or ``evict`` touches; a ``load`` or warm start marks every key.  Recording
-        costs one reference per call; a log that outgrows ``CHANGE_LOG_MIN_KEYS`` and 4x the table's rows
+        costs a copy of the call's keys; a log that outgrows ``CHANGE_LOG_MIN_KEYS`` and 4x the table's rows
         gives up until it is taken (None then: the next delta is full), so one nobody takes stays small."""
         with self._lock:
             self._change_log, self._change_log_keys = [], 0
@@ -343,7 +343,7 @@ class Store(ABC):
         if keys is ALL_KEYS:
             self._change_log = [ALL_KEYS]
             return
-        log.append(keys)
+        log.append(np.array(keys, dtype=np.int64))     # a copy: the caller may change its array afterwards
         self._change_log_keys += len(keys)
         if self._change_log_keys > max(CHANGE_LOG_MIN_KEYS, 4 * self._size()):
             self._change_log = [ALL_KEYS]        # as long as the table: a full delta costs no more
