@@ -35,6 +35,13 @@ from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm
 
 PAD_TO_MAX = 2**31 - 1        # send_count's range (CFG-8)
 PAD_FLOATS_MAX = 2**30        # pad_to x dim: at most 4 GiB of padded rows, checked before any change (LKP-4)
+# The change log (SERVE-3): the calls that change rows, which a class must not override for its log to be
+# complete, and the entry a load or warm start leaves (every key may have changed).
+LOGGED_CALLS = ("lookup", "apply_gradients", "evict", "load", "apply_warm_start")
+ALL_KEYS = object()
+# A log longer than this many keys and 4x the table's rows gives up (ALL_KEYS: the next delta is full), so a log
+# nobody takes holds O(1) memory, not every key of every step.
+CHANGE_LOG_MIN_KEYS = 1 << 20
 # Events of a table's life (spec/observability.md, OBS-2).  The logger keeps the name it had when
 # this module was mxrec_ref.store: OBS-2 names it, and users filter on it.
 logger = logging.getLogger("mxrec_ref.store")
@@ -60,6 +67,8 @@ class Store(ABC):
 
     backend_name = "abstract"
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
+    _change_log = None  # the change log (SERVE-3); a class default, so a subclass that skips __init__ logs nothing
+    _change_log_keys = 0
     # A backend that cannot express storage tiers at all says why: open_store then raises NotSupported
     # with this reason for a DDR or SSD table (CON-11) instead of CON-10's UsageError.
     tiers_not_expressible: str | None = None
@@ -75,6 +84,7 @@ class Store(ABC):
         self.optimizer = optimizer
         self.counting = True      # False after set_threshold(0): counts frozen (ADM-9)
         self._last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
+        self._change_log = None        # key arrays whose rows may have changed, ALL_KEYS, or None: no log (SERVE-3)
         self._lock = threading.RLock()
 
     # ----------------------------------------------------------------- API
@@ -103,7 +113,10 @@ class Store(ABC):
             timestamp = self._check_time("timestamp", timestamp, required=False)
         pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            return _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
+            result = _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
+            if train:
+                self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
+            return result
 
     def apply_gradients(self, result, grad_rows, *, step: int) -> int:
         """Apply one gradient row per unique key with the store's optimizer.
@@ -132,6 +145,7 @@ class Store(ABC):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
+            self._log_changes(keys)
             if isinstance(result, LookupResult):
                 return self._apply_result(keys, grads, mask, step, result.row_handles)
             return self._apply(keys, grads, mask, step)
@@ -145,6 +159,7 @@ class Store(ABC):
         now = self._check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
             evicted = self._evict(now)
+            self._log_changes(evicted)
         logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
                    self.name, len(evicted), now)
         return evicted
@@ -232,6 +247,7 @@ class Store(ABC):
             self._check_fits(len(state.keys))
             self._import_state(state)
             self._last_checkpoint = (directory, state)
+            self._log_changes(ALL_KEYS)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
 
     def warm_start(self, directory, *, source_table: str | None = None, now: int | None = None) -> int:
@@ -274,6 +290,7 @@ class Store(ABC):
             merged = merge_warm_start(self._export(), plan.loaded, self.config.admit_threshold, plan.now)
             self._check_fits(len(merged.keys))
             self._import_state(merged)
+            self._log_changes(ALL_KEYS)
         logger.info("table %r: warm start merged %d keys from %s", self.name, len(plan.loaded.keys), plan.directory)
         return len(plan.loaded.keys)
 
@@ -291,6 +308,60 @@ class Store(ABC):
         flat, _ = self._check_keys(keys)
         with self._lock:
             return self._row_handles(flat)
+
+    # ------------------------------------------------ change log (spec/serving.md, SERVE-3)
+    def keep_change_log(self) -> None:
+        """Start (or restart) the log of the keys whose row may change: those a training lookup,
+        ``apply_gradients`` or ``evict`` touches; a ``load`` or warm start marks every key.  Recording
+        costs a copy of the call's keys; a log that outgrows ``CHANGE_LOG_MIN_KEYS`` and 4x the table's rows
+        gives up until it is taken (None then: the next delta is full), so one nobody takes stays small."""
+        with self._lock:
+            self._change_log, self._change_log_keys = [], 0
+
+    def take_change_log(self) -> np.ndarray | None:
+        """The keys (ascending, unique, padding excluded) whose rows may have changed since the log
+        started or was last taken, and restart it; None when the log cannot say: none is kept, a load or
+        warm start replaced rows wholesale, or this class changes rows outside the logged calls (the
+        sharded and replicated stores override them).  A superset: a key may be listed unchanged."""
+        with self._lock:
+            log, self._change_log = self._change_log, ([] if self._change_log is not None else None)
+            self._change_log_keys = 0
+        if log is None or any(part is ALL_KEYS for part in log) or not self._logs_every_change():
+            return None
+        keys = np.unique(np.concatenate([np.zeros(0, np.int64), *log]).astype(np.int64, copy=False))
+        return keys[keys != PADDING_KEY]
+
+    def rows_now(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(mask: the key holds a row, the rows of those keys) for ``keys`` (ascending int64), read
+        without changing anything -- no statistic either, unlike an evaluation lookup.  Backends with a
+        row copy (``_rows_of``) read only those rows; a tiered table reads its export."""
+        keys = np.asarray(keys, dtype=np.int64)
+        with self._lock:
+            if self.tiered or not hasattr(self, "_rows_of"):
+                state = self._export()
+                at = np.minimum(np.searchsorted(state.keys, keys), max(len(state.keys) - 1, 0))
+                held = (state.keys[at] == keys) if len(state.keys) else np.zeros(len(keys), bool)
+                return held, np.asarray(state.values, np.float32)[at[held]]
+            handles = np.asarray(self._row_handles(keys), dtype=np.int64)
+            held = handles >= 0
+            if not held.any():
+                return held, np.zeros((0, self.config.dim), np.float32)
+            return held, np.asarray(self._rows_of(keys[held], handles[held])[0], np.float32)
+
+    def _log_changes(self, keys) -> None:
+        log = self._change_log
+        if log is None or (log and log[0] is ALL_KEYS):
+            return
+        if keys is ALL_KEYS:
+            self._change_log = [ALL_KEYS]
+            return
+        log.append(np.array(keys, dtype=np.int64))     # a copy: the caller may change its array afterwards
+        self._change_log_keys += len(keys)
+        if self._change_log_keys > max(CHANGE_LOG_MIN_KEYS, 4 * self._size()):
+            self._change_log = [ALL_KEYS]        # as long as the table: a full delta costs no more
+
+    def _logs_every_change(self) -> bool:
+        return all(getattr(type(self), name) is getattr(Store, name) for name in LOGGED_CALLS)
 
     # ------------------------------------------------------ backend hooks
     @abstractmethod

@@ -200,11 +200,14 @@ EVERY_RATIO = {
       for mode in ("DDR", "SSD cold", "SSD hot")),
     *(f"tier step flatness, {mode}: largest / smallest table | 100,000 keys"
       for mode in ("HBM", "DDR", "SSD cold", "SSD hot")),
+    # issue 33 item 5: a serving delta against the full export and the full load (bench/test_serving_bench.py)
+    "serving delta write (1% of 10^6 rows) / full updatable export | full updatable export",
+    "serving delta apply (1% of 10^6 rows) / full load | tf.saved_model.load",
 }
 
 
 def test_committed_baseline_has_every_ratio():
-    assert len(EVERY_RATIO) == 41
+    assert len(EVERY_RATIO) == 43
     assert set(json.loads(benchmarks.BASELINE.read_text())["ratios"]) == EVERY_RATIO
 
 

@@ -13,6 +13,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..errors import UsageError
+from ..serving.delta import ServedTable, ServingBase, register
+from ..serving.signature import apply_delta_function
+from ..serving.table import UpdatableTable, check_spare_rows
 from ..tf.export import SAVE_OPTIONS, check_no_pyfunc, serving_table
 from .layer import Embedding
 
@@ -71,16 +74,28 @@ def _inputs(model):
     return specs, rebuild
 
 
-def export_saved_model(model, path) -> str:
-    """Write ``model`` as a SavedModel at ``path`` that serves without mxrec-ref."""
+def export_saved_model(model, path, *, updatable: bool = False, spare_rows: int | None = None) -> str:
+    """Write ``model`` as a SavedModel at ``path`` that serves without mxrec-ref (KERAS-9).  ``updatable``:
+    its tables take fresh rows through an ``apply_delta`` signature, ``spare_rows`` free rows per table
+    written with them (SERVE-1); ``mxrec_ref.serving.export_delta(path, ...)`` then writes the deltas."""
+    if not isinstance(updatable, bool):
+        raise UsageError(f"export_saved_model: updatable: must be True or False, got {updatable!r}")
+    check_spare_rows(spare_rows, updatable)
     layers = embedding_layers(model)
+    states = [layer.store.export() for layer in layers]
     module = tf.Module()
     module.tables, module.rows = [], []
-    for layer in layers:
-        table, rows = serving_table(layer.table_name, layer.store.export(), layer.config.default_row())
+    for layer, state in zip(layers, states):
+        if updatable:
+            table = UpdatableTable(layer.table_name, state.keys, state.values, layer.config.default_row(),
+                                   spare_rows)
+            rows = table.rows
+        else:
+            table, rows = serving_table(layer.table_name, state, layer.config.default_row())
         module.tables.append(table)
         module.rows.append(rows)
-    module.dense_variables = [getattr(v, "value", v) for v in model.variables]
+    dense = list({id(v): getattr(v, "value", v) for v in model.variables}.values())
+    module.dense_variables = dense
     specs, rebuild = _inputs(model)
 
     @tf.function(input_signature=specs)
@@ -100,7 +115,16 @@ def export_saved_model(model, path) -> str:
             layer.serving = None
     check_no_pyfunc(concrete.graph.as_graph_def(), "export_saved_model")
     module.serve = concrete
-    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete}, options=SAVE_OPTIONS)
+    signatures = {"serving_default": concrete}
+    if updatable:
+        module.apply_delta = apply_delta_function(module, module.tables, dense)
+        signatures["apply_delta"] = module.apply_delta.get_concrete_function()
+        check_no_pyfunc(signatures["apply_delta"].graph.as_graph_def(), "export_saved_model")
+    tf.saved_model.save(module, str(path), signatures=signatures, options=SAVE_OPTIONS)
+    if updatable:
+        register(ServingBase(str(path), [ServedTable(layer.table_name, layer.store, state.keys)
+                                         for layer, state in zip(layers, states)],
+                             dense=[variable.numpy for variable in dense]))
     return str(path)
 
 

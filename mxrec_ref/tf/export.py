@@ -14,6 +14,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.eager.context import eager_mode   # no public API enters eager mode inside a graph
 
+from ..errors import UsageError
+from ..serving.delta import ServedTable, ServingBase, register
+from ..serving.signature import apply_delta_function
+from ..serving.table import DEFAULT_ROW, UpdatableTable, check_spare_rows
 from ..state import PADDING_KEY, TableState
 from .lookup import step_ops
 from .table import NO_RESULT
@@ -54,18 +58,24 @@ def check_no_pyfunc(graph_def, where: str) -> None:
                            f"without this process")
 
 
-def export_saved_model(session, inputs: dict, outputs: dict, path) -> str:
+def export_saved_model(session, inputs: dict, outputs: dict, path, *, updatable: bool = False,
+                       spare_rows: int | None = None) -> str:
     """Write the TF1 graph of ``session`` as a SavedModel at ``path`` (KERAS-10):
     signature ``serving_default`` feeds ``inputs`` ({name: tensor}) and returns
     ``outputs`` ({name: tensor}).  Dense variables are frozen to constants with
     their values in ``session``; every ``sparse_lookup`` store call the outputs
     depend on becomes its table's static lookup (``serving_table``), the
-    ``tf.Variable`` of rows holding the table as it is now."""
+    ``tf.Variable`` of rows holding the table as it is now.  ``updatable`` (SERVE-1): the tables take
+    fresh rows through an ``apply_delta`` signature and the dense (resource) variables stay variables;
+    ``mxrec_ref.serving.export_delta(path, ...)`` then writes deltas while ``session`` is open."""
+    if not isinstance(updatable, bool):
+        raise UsageError(f"export_saved_model: updatable: must be True or False, got {updatable!r}")
+    check_spare_rows(spare_rows, updatable)
     with eager_mode():       # called with the session's graph as default: the export itself is TF2 code
-        return _export(session, inputs, outputs, path)
+        return _export(session, inputs, outputs, path, updatable, spare_rows)
 
 
-def _export(session, inputs, outputs, path) -> str:
+def _export(session, inputs, outputs, path, updatable=False, spare_rows=None) -> str:
     graph = session.graph
     if not isinstance(inputs, dict) or not isinstance(outputs, dict) or not inputs or not outputs:
         raise TypeError("export_saved_model: inputs, outputs: must be non-empty dicts {name: tensor}")
@@ -79,18 +89,32 @@ def _export(session, inputs, outputs, path) -> str:
     output_nodes = sorted({t.op.name for t in outputs.values()})
     # the tables' one-row proxies are never initialised (TF-1): not frozen, mapped to stand-ins below
     proxies = {t.variable.op.name: t for t in {id(s.table): s.table for s in lookups.values()}.values()}
+    # an updatable export keeps the dense variables as variables, which its deltas assign (SERVE-1)
+    dense = {} if not updatable else {v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+                                      if v.op.name not in proxies}
     frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
-        session, graph.as_graph_def(), output_nodes, variable_names_blacklist=sorted(proxies))
+        session, graph.as_graph_def(), output_nodes, variable_names_blacklist=sorted(proxies) + sorted(dense))
     present = {n.name for n in frozen.node}
+    if updatable:
+        ref_variables = sorted(n.name for n in frozen.node if n.op in ("VariableV2", "Variable"))
+        if ref_variables:
+            raise UsageError(f"export_saved_model: updatable: the outputs read TF1 reference variables "
+                             f"{ref_variables[:5]}; an updatable export assigns resource variables only "
+                             f"(tf.compat.v1.enable_resource_variables(), TF2's default)")
     used = [name for name in sorted(lookups) if name in present]      # the store calls the outputs depend on
-    tables = {}
+    tables, states = {}, {}
     for name in used:
         table = lookups[name].table
         if table.table_name not in tables:
-            tables[table.table_name] = serving_table(table.table_name, table.store.export(),
-                                                     table.config.default_row())
+            state = states[table.table_name] = table.store.export()
+            tables[table.table_name] = (
+                _updatable(table.table_name, state, table.config.default_row(), spare_rows) if updatable else
+                serving_table(table.table_name, state, table.config.default_row()))
     stand_ins = {name: tf.Variable(tf.zeros([1, table.emb_size]), trainable=False, name=f"{table.table_name}_proxy")
                  for name, table in proxies.items() if name in present}
+    dense = {name: variable for name, variable in sorted(dense.items()) if name in present}
+    dense_copies = {name: tf.Variable(session.run(variable), trainable=False, name=name.replace("/", "_"))
+                    for name, variable in dense.items()}
 
     def rebuilt():
         """Copy A computes each lookup's ids; copy B, the outputs, reads the static
@@ -105,11 +129,14 @@ def _export(session, inputs, outputs, path) -> str:
             keys = tf.cast(copy.get_tensor_by_name(f"a/{ids.name}"), tf.int64)
             hash_table, rows = tables[lookups[name].table.table_name]
             positions = hash_table.lookup(keys)
+            admitted = (positions != DEFAULT_ROW if updatable else
+                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1)
             replaced = (keys, tf.gather(rows, positions), tf.range(tf.size(keys, out_type=tf.int64)),
-                        positions < tf.shape(rows, out_type=tf.int64)[0] - 1, tf.constant(-1, tf.int64),
+                        admitted, tf.constant(-1, tf.int64),
                         tf.constant(NO_RESULT, tf.int64))      # outputs of lookup.py's store_lookup, in order
             mapping.update({output.name: tensor for output, tensor in zip(lookup.outputs, replaced)})
-        mapping.update({f"{name}:0": tf.identity(variable.handle) for name, variable in stand_ins.items()})
+        mapping.update({f"{name}:0": tf.identity(variable.handle)
+                        for name, variable in [*stand_ins.items(), *dense_copies.items()]})
         tf.compat.v1.import_graph_def(frozen, input_map=mapping, name="b")
 
     wrapped = tf.compat.v1.wrap_function(rebuilt, [])
@@ -127,8 +154,30 @@ def _export(session, inputs, outputs, path) -> str:
     module.tables = [table for table, _ in tables.values()]
     module.rows = [rows for _, rows in tables.values()]
     module.proxies = list(stand_ins.values())
+    module.dense_variables = list(dense_copies.values())
     module.serve = serve
     concrete = serve.get_concrete_function()
     check_no_pyfunc(concrete.graph.as_graph_def(), "export_saved_model")
-    tf.saved_model.save(module, str(path), signatures={"serving_default": concrete}, options=SAVE_OPTIONS)
+    signatures = {"serving_default": concrete}
+    if updatable:
+        module.apply_delta = apply_delta_function(module, module.tables, module.dense_variables)
+        signatures["apply_delta"] = module.apply_delta.get_concrete_function()
+        check_no_pyfunc(signatures["apply_delta"].graph.as_graph_def(), "export_saved_model")
+    tf.saved_model.save(module, str(path), signatures=signatures, options=SAVE_OPTIONS)
+    if updatable:
+        stores = {s.table.table_name: s.table.store for s in lookups.values()}
+        register(ServingBase(str(path), [ServedTable(name, stores[name], states[name].keys) for name in tables],
+                             dense=[_reader(session, variable) for variable in dense.values()]))
     return str(path)
+
+
+def _updatable(name: str, state: TableState, default_row, spare_rows):
+    """(the updatable table, its rows variable): what ``serving_table`` gives, for SERVE-1."""
+    table = UpdatableTable(name, np.asarray(state.keys, np.int64), np.asarray(state.values, np.float32),
+                           default_row, spare_rows)
+    return table, table.rows
+
+
+def _reader(session, variable):
+    """The dense variable's value in ``session`` when a delta is written (the session must be open)."""
+    return lambda: session.run(variable)
