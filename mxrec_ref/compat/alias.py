@@ -1,6 +1,6 @@
 """Opt-in aliases: ``import mx_rec.<anything>`` loads ``mxrec_ref.compat.mx_rec.<anything>``,
-and the NPU adapter's top-level names (``npu_bridge``, ``npu_device``, ``tf_adapter``) load
-their CPU faces under ``mxrec_ref.compat.npu`` (spec/tf.md).
+and the NPU adapter's top-level names load their CPU faces: ``npu_bridge`` and ``tf_adapter``
+``mxrec_ref.compat.npu``, ``npu_device`` ``mxrec_ref.compat.npu_device`` (spec/tf.md, TF-29).
 
 None of them is installed as a top-level package, so a real mxRec or CANN install is never
 shadowed; ``mxrec-ref run SCRIPT`` enables them for one script, and
@@ -16,9 +16,9 @@ import sys
 # top-level name a script imports -> the package of this project that serves it
 ALIASES = {
     "mx_rec": "mxrec_ref.compat.mx_rec",
-    "npu_bridge": "mxrec_ref.compat.npu.npu_bridge",
-    "npu_device": "mxrec_ref.compat.npu.npu_device",
-    "tf_adapter": "mxrec_ref.compat.npu.tf_adapter",
+    "npu_bridge": "mxrec_ref.compat.npu",
+    "npu_device": "mxrec_ref.compat.npu_device",
+    "tf_adapter": "mxrec_ref.compat.npu",
 }
 ALIAS, TARGET = "mx_rec", ALIASES["mx_rec"]
 
