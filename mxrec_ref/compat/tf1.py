@@ -16,6 +16,7 @@ Three steps, in this order:
 from __future__ import annotations
 
 import builtins
+import importlib
 import os
 import re
 import sysconfig
@@ -61,13 +62,15 @@ def enable(script: str) -> None:
     script's folder.  Needs ``prepare_environment()`` before TensorFlow's Keras loaders ran."""
     import tensorflow as tf
 
+    # by name, as the Estimator package installs ``estimator`` into it: the module sys.modules holds
+    v1 = importlib.import_module("tensorflow.compat.v1")
     if os.environ.get(LEGACY_KERAS) != "1":
         raise EnvironmentError(f"TF1 mode: {LEGACY_KERAS}=1 must be set before TensorFlow is imported "
                                f"(tf.layers come from tf_keras)")
     tf.compat.v1.disable_v2_behavior()
     # tf_keras warns at every tf.layers call that TF1 layers are deprecated: running them is the point here
     warnings.filterwarnings("ignore", message=r"`tf\.(?:compat\.v1\.)?layers\.", category=UserWarning)
-    hook = _ScriptImports(tf.compat.v1, os.path.dirname(os.path.abspath(script)))
+    hook = _ScriptImports(v1, os.path.dirname(os.path.abspath(script)))
     if not isinstance(builtins.__import__, _ScriptImports):
         builtins.__import__ = hook
 
