@@ -210,6 +210,10 @@ CALLS = {
                                          "custom_optimizers.add(); o.name = 'NpuOptimizer'; "
                                          "o.parameter_map['hcom_parallel'].b = True; assert run(tf.constant(2), c) == 2",
     "RewriterConfig": "from npu_bridge import RewriterConfig; assert RewriterConfig.OFF == 2",
+    "npu_bridge.hccl.hccl_ops.allreduce / broadcast / allgather / reduce_scatter":
+        "from npu_bridge.hccl import hccl_ops as h; x = tf.constant([1.0, 2.0]); "
+        "assert run([h.allreduce(x, 'sum'), h.broadcast([x], 0)[0], h.allgather(x, 1), "
+        "h.reduce_scatter(x, 'sum', 1)])[0].tolist() == [1.0, 2.0]",
     "npu_device.open().as_default()": "import npu_device; npu_device.open().as_default()",
     "npu_device.compat.enable_v1": "import npu_device; npu_device.compat.enable_v1(); "
                                    "assert not tf.executing_eagerly()",

@@ -7,7 +7,7 @@ import importlib
 
 from tensorflow.core.protobuf.rewriter_config_pb2 import RewriterConfig  # noqa: F401
 
-from . import estimator  # noqa: F401
+from . import estimator, hccl  # noqa: F401
 from .estimator import npu_ops  # noqa: F401
 from .estimator.npu import npu_plugin, util  # noqa: F401
 from .hooks import NPUBroadcastGlobalVariablesHook, npu_hooks_append  # noqa: F401
