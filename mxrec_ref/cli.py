@@ -230,6 +230,9 @@ def run_script(script: str, script_args: list[str]) -> int:
         print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
         return 2
     alias.enable()
+    from .tf.estimator import install_into_tensorflow   # late: mxrec_ref.tf loads the TF layer
+
+    install_into_tensorflow()                            # tf.estimator for the script (EST-9)
     if os.environ.get("MXREC_REF_VERBOSE", "") in ("", "0"):
         # TensorFlow's C++ warning for a failed op repeats a store error with its Python
         # traceback; the script's error is printed once, as one line (TF-13)
