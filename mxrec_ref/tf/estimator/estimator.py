@@ -7,6 +7,7 @@ saves and restores the sparse tables beside the dense checkpoint.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import tempfile
@@ -45,12 +46,14 @@ class Estimator:
         self._config = config.replace(model_dir=model_dir)
         self._model_dir = model_dir
         self._model_fn = model_fn
-        self._params = dict(params or {})
+        # TF's rule: a deep copy, so a later change to the caller's object does not reach the model;
+        # any object (mxRec scripts pass an argparse namespace and read params.model_dir)
+        self._params = copy.deepcopy(params) if params is not None else {}
         self._warm_start_settings = _warm_start_settings(warm_start_from)
 
     model_dir = property(lambda self: self._model_dir)
     config = property(lambda self: self._config)
-    params = property(lambda self: dict(self._params))
+    params = property(lambda self: copy.deepcopy(self._params))
     model_fn = property(lambda self: self._model_fn)
 
     # ----------------------------------------------------------- checkpoints
