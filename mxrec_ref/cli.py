@@ -239,6 +239,9 @@ def run_script(script: str, script_args: list[str], tf1_mode: bool = False) -> i
         print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
         return 2
     alias.enable()
+    from .tf.estimator import install_into_tensorflow   # late: mxrec_ref.tf loads the TF layer
+
+    install_into_tensorflow()                            # tf.estimator for the script (EST-9)
     if tf1_mode:
         tf1.enable(path)
     if os.environ.get("MXREC_REF_VERBOSE", "") in ("", "0"):

@@ -169,8 +169,117 @@ def test_tf_29_the_adapter_names_are_opt_in_and_one_package():
     assert result.stdout.split() == ["None", "None", "None", "True", "True"], result.stderr[-2000:]
 
 
+# An mxRec Estimator script as the model zoo writes them: TF 1.15 names, `from npu_bridge.npu_init import *`,
+# NPUEstimator + NPURunConfig with NPU options, an NpuOptimizer session config, npu_ops.dropout, loss scaling
+# around NPUDistributedOptimizer, train_and_evaluate, and predict in a new process.
+ESTIMATOR_SCRIPT = r'''"""An mxRec Estimator script written TF 1.15-style on the NPU adapter (tests/test_npu_adapter.py)."""
+import sys
+
+import numpy as np
+import tensorflow as tf
+from npu_bridge.npu_init import *
+
+from mx_rec.core.embedding import create_table, sparse_lookup
+from mx_rec.optimizers.lazy_adam import create_hash_optimizer
+from mx_rec.util.initialize import init
+from mx_rec.util.variable import get_dense_and_sparse_variable
+
+phase, model_dir = sys.argv[1], sys.argv[2]
+init(use_dynamic=True)
+
+
+def input_fn(epochs=1):
+    rng = np.random.default_rng(0)
+    ids = (rng.zipf(1.4, size=(256, 2)) % 60).astype(np.int64)
+    label = (ids[:, 0] % 3 == 0).astype(np.float32)
+    return tf.data.Dataset.from_tensor_slices(({"ids": ids}, label)).repeat(epochs).batch(32)
+
+
+def model_fn(features, labels, mode, params):
+    table = create_table(tf.int64, 4, "user_table", tf.truncated_normal_initializer(stddev=0.1, seed=1),
+                         device_vocabulary_size=500)
+    emb = sparse_lookup(table, features["ids"], modify_graph=True, is_train=mode == tf.estimator.ModeKeys.TRAIN)
+    with tf.variable_scope("mlp"):
+        hidden = npu_ops.dropout(tf.reshape(emb, [-1, 8]), keep_prob=params["keep_prob"] if mode == "train" else 1.0)
+        logit = tf.reshape(tf.layers.dense(hidden, 1, name="out"), [-1])
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        return tf.estimator.EstimatorSpec(mode, predictions={"p": tf.sigmoid(logit)})
+    loss = tf.losses.sigmoid_cross_entropy(labels, logit)
+    if mode == tf.estimator.ModeKeys.EVAL:
+        auc = tf.metrics.auc(labels, tf.sigmoid(logit))
+        return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={"auc": auc})
+    dense_optimizer = NPULossScaleOptimizer(NPUDistributedOptimizer(tf.train.AdamOptimizer(0.01)),
+                                            ExponentialUpdateLossScaleManager(2 ** 10, incr_every_n_steps=5))
+    dense_vars, sparse_vars = get_dense_and_sparse_variable()
+    train_op = tf.group(
+        dense_optimizer.minimize(loss, var_list=dense_vars, global_step=tf.train.get_global_step()),
+        create_hash_optimizer(learning_rate=0.05).apply_gradients(zip(tf.gradients(loss, sparse_vars), sparse_vars)))
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+session_config = tf.ConfigProto(allow_soft_placement=True)
+custom_op = session_config.graph_options.rewrite_options.custom_optimizers.add()
+custom_op.name = "NpuOptimizer"
+custom_op.parameter_map["precision_mode"].s = tf.compat.as_bytes("allow_mix_precision")
+config = NPURunConfig(model_dir=model_dir, save_checkpoints_steps=10, iterations_per_loop=5,
+                      session_config=session_config,
+                      enable_data_pre_proc=True, hcom_parallel=True, dump_config=DumpConfig(enable_dump=False))
+estimator = NPUEstimator(model_fn=model_fn, config=config, params={"keep_prob": 0.9})
+if phase == "train":
+    tf.estimator.train_and_evaluate(estimator,
+                                    tf.estimator.TrainSpec(lambda: input_fn(3), max_steps=24, hooks=npu_hooks_append()),
+                                    tf.estimator.EvalSpec(input_fn, steps=None))
+    print("EVAL", estimator.evaluate(input_fn)["auc"] > 0.5)
+scores = [p["p"] for p in estimator.predict(input_fn)]
+print("PREDICT", len(scores), repr(float(np.sum(scores))))
+'''
+
+
+def test_tf_29_an_npu_estimator_script_trains_evaluates_and_predicts_in_a_new_process(mxrec_ref_command, tmp_path):
+    """TF-29 with TF-26..28: run as written (TF1 mode detected); the new process's predictions are
+    those of the training process, restored from model_dir (dense and sparse)."""
+    script = tmp_path / "npu_estimator.py"
+    script.write_text(ESTIMATOR_SCRIPT)
+    outputs = {}
+    for phase in ("train", "predict"):
+        result = mxrec_ref_command(["run", script, phase, str(tmp_path / "model")], timeout=300, cwd=str(tmp_path),
+                                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[phase] = result.stdout.splitlines()
+        assert "NpuOptimizer parameter_map['precision_mode']" in result.stderr
+    assert "EVAL True" in outputs["train"]
+    predictions = [line for line in outputs["train"] if line.startswith("PREDICT 256 ")]
+    assert predictions and predictions == [line for line in outputs["predict"] if line.startswith("PREDICT")]
+    assert any(name.startswith("model.ckpt-24") for name in os.listdir(tmp_path / "model"))
+
+
 # ------------------------------------------------------------------ the audit section
 CALLS = {
+    "npu_bridge.npu_init": "import npu_bridge.npu_init as m; ns = {}; exec('from npu_bridge.npu_init import *', ns); "
+                           "assert {'npu_ops', 'npu_hooks_append', 'RewriterConfig', 'util'} <= set(ns)",
+    "npu_device.compat.v1.npu_init": "ns = {}; exec('from npu_device.compat.v1.npu_init import *', ns); "
+                                     "assert ns['npu_ops'].dropout is npu_ops.dropout",
+    "NPUEstimator": "from tf_adapter import NPUEstimator, NPURunConfig; import mxrec_ref.tf.estimator as E; "
+                    "e = NPUEstimator(model_fn=lambda features, labels, mode: None, config=NPURunConfig(), "
+                    "job_start_file='x'); assert isinstance(e, E.Estimator); "
+                    "raises(ValueError, NPUEstimator, model_fn=lambda features, labels, mode: None, "
+                    "config=E.RunConfig())",
+    "NPURunConfig": "from npu_bridge.estimator.npu.npu_config import NPURunConfig; import mxrec_ref.tf.estimator as E; "
+                    "c = NPURunConfig(iterations_per_loop=4, model_dir='m', keep_checkpoint_max=3); "
+                    "assert isinstance(c, E.RunConfig) and c.iterations_per_loop == 4 and c.keep_checkpoint_max == 3; "
+                    "assert c.save_checkpoints_steps == 100 and c.save_summary_steps == 0; "
+                    "raises(ValueError, NPURunConfig, iterations_per_loop=0)",
+    "NPURunConfig(<NPU options>)": "from tf_adapter import NPURunConfig; c = NPURunConfig(precision_mode="
+                                   "'allow_mix_precision', enable_data_pre_proc=False, hcom_parallel=True, "
+                                   "session_device_id=0); assert c._precision_mode == 'allow_mix_precision'; "
+                                   "assert logged('precision_mode') and logged('hcom_parallel'); "
+                                   "raises(TypeError, NPURunConfig, no_such_option=1)",
+    "DumpConfig / ProfilingConfig": "from tf_adapter import DumpConfig, ProfilingConfig, NPURunConfig; "
+                                    "NPURunConfig(dump_config=DumpConfig(enable_dump=True, dump_path='d'), "
+                                    "profiling_config=ProfilingConfig(True)); assert logged('dump_config')",
+    "npu_run_config_init": "from npu_bridge.npu_init import npu_run_config_init, NPURunConfig; "
+                           "c = npu_run_config_init(NPURunConfig()); assert [o.name for o in c.session_config."
+                           "graph_options.rewrite_options.custom_optimizers] == ['NpuOptimizer']",
     "tf_adapter": "import tf_adapter, npu_bridge; assert tf_adapter is npu_bridge",
     "npu_ops.dropout": "y = npu_ops.dropout(tf.ones([100]), keep_prob=0.5, seed=1); "
                        "v = run(y); assert set(v.tolist()) <= {0.0, 2.0}",
@@ -236,6 +345,13 @@ def sess(config=None):
     session = tf.compat.v1.Session(config=config)
     session.run(tf.compat.v1.global_variables_initializer())
     return session
+
+def raises(kind, fn, *a, **kw):
+    try:
+        fn(*a, **kw)
+    except kind:
+        return
+    raise AssertionError(f"{fn} did not raise {kind.__name__}")
 
 def run(fetch, config=None):
     with sess(config) as session:
