@@ -154,3 +154,14 @@ def test_tf_28_the_upstream_shaped_example_trains_in_tf1_mode(tmp_path):
                   MXREC_EXAMPLE_STORAGE="ddr")
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1].startswith("SUCCESS mode=modify_graph multi_lookup=1 storage=ddr")
+
+
+def test_tf_26_verbose_says_why_the_mode_is_on(tmp_path):
+    script = tmp_path / "old.py"
+    script.write_text("import tensorflow as tf\nwith tf.Session() as s:\n    print('RESULT', s.run(tf.constant(3)))\n")
+    result = _run(["--verbose", str(script)], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RESULT 3" in result.stdout
+    assert "TF1 mode: the script writes tf.Session, a TF 1.15 name (--no-tf1: off)" in result.stderr
+    quiet = _run([str(script)], tmp_path)
+    assert quiet.returncode == 0 and "TF1 mode" not in quiet.stderr

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import logging
 import os
 import re
 import sysconfig
@@ -38,7 +39,12 @@ _TF1_ONLY = re.compile(
 
 def detect(source: str) -> bool:
     """Whether a script's source writes a TF 1.15 name at ``tf.`` (TF-26)."""
-    return _TF1_ONLY.search(source) is not None
+    return first_tf1_name(source) is not None
+
+
+def first_tf1_name(source: str) -> str | None:
+    match = _TF1_ONLY.search(source)
+    return None if match is None else match.group(0)
 
 
 def wanted(flag: bool | None, script: str) -> bool:
@@ -47,9 +53,12 @@ def wanted(flag: bool | None, script: str) -> bool:
         return flag
     try:
         with open(script, encoding="utf-8", errors="replace") as file:
-            return detect(file.read())
+            name = first_tf1_name(file.read())
     except OSError:
         return False        # run_script reports the missing script
+    if name is not None:    # shown with --verbose: why the mode is on
+        logging.getLogger("mxrec_ref").info("TF1 mode: the script writes %s, a TF 1.15 name (--no-tf1: off)", name)
+    return name is not None
 
 
 def prepare_environment() -> None:
