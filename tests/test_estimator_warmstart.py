@@ -11,12 +11,14 @@ import pytest
 import tensorflow as tf
 
 import mxrec_ref.tf as mx
+from mxrec_ref.compat import alias
 from mxrec_ref.tf import estimator
 from mxrec_ref.tf.optimizers import adagrad
 
 import tf_model
 
-NPUEstimator = estimator.Estimator     # tf_adapter's NPUEstimator subclasses it (the npu branch)
+alias.enable()          # as under mxrec-ref run: tf_adapter is the NPU adapter's CPU face (TF-29)
+from tf_adapter import NPUEstimator, NPURunConfig  # noqa: E402 - the document's import, after the alias
 TABLES = ("user_table", "item_table")
 DIM, BATCH = 2, 4
 
@@ -109,7 +111,7 @@ def _warm_started(run_config_dir, warm_settings):
     cfg = {"table_init": -1.0, "dense_init": -1.0}
     access_and_evict = None
     params = argparse.Namespace(model_dir=run_config_dir)
-    run_config = tf.estimator.RunConfig(log_step_count_steps=0)
+    run_config = NPURunConfig(log_step_count_steps=0)
     # --- as the document writes it (its example 1 ends a line with a full-width comma and example 2 has
     # no comma after config=run_config: both would not parse; the one comma each is the only change) ---
     est = NPUEstimator(
