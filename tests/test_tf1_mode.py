@@ -38,6 +38,8 @@ ds = tf.data.Dataset.from_tensor_slices((np.linspace(0, 1, 64, dtype=np.float32)
                                          np.ones((16, 1), np.float32))).batch(8)
 it = ds.make_initializable_iterator()
 x, y = it.get_next()
+assert x.shape[1].value == 4                          # TF 1.15's Dimension (v2 shapes off)
+assert tf.estimator.ModeKeys.TRAIN == "train"         # the Estimator package, installed by mxrec-ref run
 with tf.variable_scope("net"):
     out = model_lib.mlp(x)
 loss = tf.losses.mean_squared_error(y, out)
