@@ -50,7 +50,7 @@ import numpy as np
 from .checksum import crc32
 from .config import TableConfig
 from .errors import CheckpointError
-from .optimizers import SparseOptimizer
+from .optimizers import SparseOptimizer, optimizer_from_description
 from .state import TableState
 
 FORMAT_VERSION = 1
@@ -622,6 +622,17 @@ def _read_slice(files: dict, folder: Path, name: str, dtype: np.dtype, attribute
     if len(data) != expected_bytes:
         _corrupt(table, folder / data_name, f"holds {len(data)} bytes, expected {expected_bytes}")
     return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="), copy=False)
+
+
+def saved_optimizer(directory, table: str) -> SparseOptimizer | None:
+    """The sparse optimizer ``table``'s checkpoint in ``directory`` was trained with, or None where its
+    meta.json cannot be read here (a sharded layout, a missing or damaged table: the load reports those).
+    A process with no sparse optimizer of its own opens its stores with it (spec/tf.md TF-21)."""
+    try:
+        with open(os.path.join(directory, table, "meta.json")) as handle:
+            return optimizer_from_description(json.load(handle)["optimizer"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_meta(files: dict, folder: Path, table: str) -> dict:

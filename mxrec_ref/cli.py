@@ -16,7 +16,7 @@ from . import demo as demo_module
 from . import errors as _errors
 from . import train as train_module
 from .backends import available_backends, unknown_backend_reason
-from .compat import alias
+from .compat import alias, tf1
 from .distributed.comm import end_job_after_error
 from .plan import command as plan_command
 
@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                              help="exit 0 when rules fail but the report was written (a survey of a third-party "
                                   "store); a dead backend process still exits 3")
     run = command("run", "run an mxRec script unchanged (import mx_rec resolves to mxrec-ref)")
+    run.add_argument("--tf1", action=argparse.BooleanOptionalAction, default=None,
+                     help="TF1 mode (TF-26): `import tensorflow` in the script gives tf.compat.v1 with v2 behaviour "
+                          "off and tf.layers from tf_keras (default: on when the script writes a TF 1.15-only name "
+                          "such as tf.Session or tf.layers at `tf.`)")
     run.add_argument("script", help="the Python script")
     run.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     plan_command.add_arguments(command("plan", "size tables by replaying a data sample through the stores: device and "
@@ -108,6 +112,10 @@ def _main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"mxrec-ref {args.command}: {missing}", file=sys.stderr)
             return 2
+        if args.command == "run":
+            args.tf1 = tf1.wanted(args.tf1, args.script)
+            if args.tf1:
+                tf1.prepare_environment()       # before TensorFlow's import: tf.layers from tf_keras
         if args.command in USES_TENSORFLOW or getattr(args, "script", None) and args.command == "plan":
             import_tensorflow_quietly(verbose)
         return _dispatch(args)
@@ -145,7 +153,7 @@ def missing_extra(command: str) -> str | None:
 
 def _dispatch(args) -> int:
     if args.command == "run":
-        return run_script(args.script, args.script_args)
+        return run_script(args.script, args.script_args, tf1_mode=args.tf1)
     if args.command == "rules":
         return rule_index.main(args, sys.stdout, sys.stderr)
     if args.command == "conformance":
@@ -250,14 +258,20 @@ def _log_to_stderr(verbose: bool) -> logging.Handler:
     return handler
 
 
-def run_script(script: str, script_args: list[str]) -> int:
+def run_script(script: str, script_args: list[str], tf1_mode: bool = False) -> int:
     """Like ``python SCRIPT ARGS``: as ``__main__``, the script's folder first on
-    sys.path, with the ``mx_rec`` alias enabled for this process only."""
+    sys.path, with the ``mx_rec`` and NPU adapter aliases enabled for this process only;
+    ``tf1_mode``: TF 1.15's surface at the script's ``import tensorflow`` (compat/tf1.py)."""
     path = os.path.abspath(script)
     if not os.path.isfile(path):
         print(f"mxrec-ref run: no script {script!r}", file=sys.stderr)
         return 2
     alias.enable()
+    from .tf.estimator import install_into_tensorflow   # late: mxrec_ref.tf loads the TF layer
+
+    install_into_tensorflow()                            # tf.estimator for the script (EST-9)
+    if tf1_mode:
+        tf1.enable(path)
     if os.environ.get("MXREC_REF_VERBOSE", "") in ("", "0"):
         # TensorFlow's C++ warning for a failed op repeats a store error with its Python
         # traceback; the script's error is printed once, as one line (TF-13)

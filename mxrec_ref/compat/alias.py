@@ -1,9 +1,10 @@
-"""Opt-in ``mx_rec`` alias: makes ``import mx_rec.<anything>`` load
-``mxrec_ref.compat.mx_rec.<anything>``.
+"""Opt-in aliases: ``import mx_rec.<anything>`` loads ``mxrec_ref.compat.mx_rec.<anything>``,
+and the NPU adapter's top-level names load their CPU faces: ``npu_bridge`` and ``tf_adapter``
+``mxrec_ref.compat.npu``, ``npu_device`` ``mxrec_ref.compat.npu_device`` (spec/tf.md, TF-29).
 
-Not installed as a top-level package, so a real mxRec install is never
-shadowed; ``mxrec-ref run SCRIPT`` enables it for one script, and
-``import mxrec_ref.compat.enable_mx_rec`` enables it in a process.
+None of them is installed as a top-level package, so a real mxRec or CANN install is never
+shadowed; ``mxrec-ref run SCRIPT`` enables them for one script, and
+``import mxrec_ref.compat.enable_mx_rec`` enables them in a process.
 """
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import importlib.abc
 import importlib.util
 import sys
 
-ALIAS, TARGET = "mx_rec", "mxrec_ref.compat.mx_rec"
+# top-level name a script imports -> the package of this project that serves it
+ALIASES = {
+    "mx_rec": "mxrec_ref.compat.mx_rec",
+    "npu_bridge": "mxrec_ref.compat.npu",
+    "npu_device": "mxrec_ref.compat.npu_device",
+    "tf_adapter": "mxrec_ref.compat.npu",
+}
+ALIAS, TARGET = "mx_rec", ALIASES["mx_rec"]
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -28,9 +36,10 @@ class _AliasLoader(importlib.abc.Loader):
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+        top = fullname.partition(".")[0]
+        if top not in ALIASES:
             return None
-        real = TARGET + fullname[len(ALIAS):]
+        real = ALIASES[top] + fullname[len(top):]
         if importlib.util.find_spec(real) is None:
             return None
         return importlib.util.spec_from_loader(fullname, _AliasLoader(real), is_package=True)

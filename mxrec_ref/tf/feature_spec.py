@@ -68,6 +68,47 @@ def _table_of(spec: FeatureSpec):
     return tables[spec.table_name]
 
 
+def _thresholds(spec: FeatureSpec) -> tuple:
+    return spec.access_threshold, spec.eviction_threshold, spec.faae_coefficient
+
+
+def _bind_group(table, is_training: bool, group: list) -> None:
+    for spec in group:
+        register_thresholds(spec)
+    table.merged_specs[is_training] = group
+
+
+def bind_waiting_specs(table) -> None:
+    """Give a table just created (or created again in a new graph) the feature specs of insert
+    functions built before it in the current graph (TF-24); entries of other graphs are dropped."""
+    pending = ConfigInitializer.get_instance().pending_tables
+    graph = tf.compat.v1.get_default_graph()
+    waiting = [(is_training, group) for g, is_training, group in pending.get(table.table_name, []) if g is graph]
+    for is_training, group in waiting:
+        for spec in group:        # every threshold checked before any is set
+            if spec.access_threshold is not None:
+                table.set_admission(*_thresholds(spec), f"FeatureSpec {spec.name!r}")
+    pending.pop(table.table_name, None)
+    for is_training, group in waiting:
+        _bind_group(table, is_training, group)
+
+
+def check_tables_resolved() -> None:
+    """Raise for a FeatureSpec of an insert function built in the current graph whose table was never
+    created (TF-25): the error the insert function raised before it resolved tables lazily."""
+    pending = ConfigInitializer.get_instance().pending_tables
+    graph = tf.compat.v1.get_default_graph()
+    for name in list(pending):
+        pending[name] = [entry for entry in pending[name] if entry[0] is graph]   # other graphs: gone
+        if not pending[name]:
+            del pending[name]
+    if pending:
+        name, entries = next(iter(pending.items()))
+        spec = entries[0][2][0]
+        tables = ConfigInitializer.get_instance().tables
+        raise ValueError(f"FeatureSpec {spec.name!r}: table_name: no table {name!r} (tables: {sorted(tables)})")
+
+
 def register_thresholds(spec: FeatureSpec) -> None:
     if spec.access_threshold is not None:
         _table_of(spec).set_admission(spec.access_threshold, spec.eviction_threshold, spec.faae_coefficient,
@@ -94,9 +135,6 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
     for spec in specs:
         if not isinstance(spec, FeatureSpec):
             raise TypeError(f"get_asc_insert_func: tgt_key_specs: expected FeatureSpec objects, got {spec!r}")
-        if not spec.is_timestamp:
-            _table_of(spec)
-            register_thresholds(spec)
     timestamps = [s for s in specs if s.is_timestamp]
     if len(timestamps) > 1:
         raise ValueError("get_asc_insert_func: only one FeatureSpec may have is_timestamp=True")
@@ -104,9 +142,14 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
         log_once("insert:dump_graph", "get_asc_insert_func: dump_graph=True is accepted and ignored: the insert "
                  "function is a plain dataset.map, with no key-shipping graph to dump")
     groups = specs_by_table(specs)
-    tables = ConfigInitializer.get_instance().tables
-    for table, group in groups.items():
-        tables[table].merged_specs[bool(kwargs.get("is_training", True))] = group
+    instance = ConfigInitializer.get_instance()
+    is_training = bool(kwargs.get("is_training", True))
+    graph = tf.compat.v1.get_default_graph()
+    for name, group in groups.items():
+        if name in instance.tables:
+            _bind_group(instance.tables[name], is_training, group)
+        else:    # an Estimator calls input_fn before model_fn creates the tables: bound by create_table (TF-24)
+            instance.pending_tables.setdefault(name, []).append((graph, is_training, group))
 
     def insert(batch):
         if not isinstance(batch, dict):
@@ -137,6 +180,7 @@ def start_asc_pipeline() -> None:
     instance = ConfigInitializer.get_instance()
     if not instance.tables:
         raise RuntimeError("start_asc_pipeline: no table has been created")
+    check_tables_resolved()
     log_ignored_environment()
     for table in instance.tables.values():
         table.store  # noqa: B018 - creates the store with the final config and optimizer

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
-from ..checkpoint import TABLE_THREADS, delta_bases, fault_point
+from ..checkpoint import TABLE_THREADS, delta_bases, fault_point, saved_optimizer
 from . import config_initializer
 from .config_initializer import ConfigInitializer
 from .distributed import rank_id, rank_size, shared_path, world_barrier
@@ -72,6 +72,10 @@ def restore_tables(checkpoint_path: str) -> None:
     tables = [t for t in ConfigInitializer.get_instance().tables.values() if t.is_save]
     if tables and not os.path.isdir(source):
         raise FileNotFoundError(f"restore: no sparse checkpoint {source!r} next to {checkpoint_path!r}")
+    if ConfigInitializer.get_instance().optimizer_instance is None:     # an evaluate/predict process (TF-21)
+        for table in tables:
+            if table._store is None:
+                table.open_store(saved_optimizer(source, table.table_name))
     steps_file = os.path.join(source, TRAIN_STEPS_FILE)
     steps = {}
     if os.path.isfile(steps_file):

@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import os
 import threading
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -25,6 +26,7 @@ from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
 from .distributed import rank_config, sharded
+from .feature_spec import bind_waiting_specs
 from .lookup_limit import count_lookup, lookups_in_graph
 
 NO_RESULT = -1      # the result token of a lookup whose result is not kept (evaluation, or merged segments)
@@ -48,24 +50,54 @@ class SparseTable:
         self.slice_host_vocabulary_size = host_vocabulary_size
         self.slice_ssd_vocabulary_size = ssd_vocabulary_size
         self.merged_specs: dict = {}    # is_training -> the FeatureSpecs the insert function merged, in order
-        self._config_args = dict(
-            name=name, dim=dim, key_dtype=key_dtype.name, initializer=initializer,
+        self._config_args = table_config_args(
+            name=name, dim=dim, key_dtype=key_dtype, initializer=initializer,
             device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
-            ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=tuple(ssd_data_path), is_save=is_save,
-            init_param=init_param,
-            dynamic_expansion=ConfigInitializer.get_instance().use_dynamic_expansion,
-        )
+            ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=ssd_data_path, is_save=is_save,
+            init_param=init_param)
         self._admission = None          # (access_threshold, eviction_threshold, faae_coefficient)
         self._store = None
+        self.store_optimizer = None     # the SparseOptimizer the store was opened with (None: its default)
         self.all2all_gradients_op = "sum_gradients"   # create_table sets it; it matters on several ranks (SHARD-5)
         self._store_lock = threading.Lock()
         self._kept = KeptResults()      # training lookup results awaiting their applies (TF-18)
         self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
         self.last_train_step = 0
         self.config = TableConfig(**self._config_args)   # validates now, not at first run
-        self.variable = tf.compat.v1.get_variable(
-            name, shape=[1, dim], dtype=tf.float32, initializer=tf.zeros_initializer(), trainable=False,
-            use_resource=True, collections=[ASCEND_GLOBAL_HASHTABLE_COLLECTION])
+        # graph -> the table's proxy in it: a table created again in a new graph (an Estimator builds one per
+        # call) binds that graph to this table and its store (TF-21)
+        self._variables: "weakref.WeakKeyDictionary[tf.Graph, object]" = weakref.WeakKeyDictionary()
+        self._latest_variable = self._new_proxy()
+
+    def _new_proxy(self):
+        variable = tf.compat.v1.get_variable(
+            self.table_name, shape=[1, self.emb_size], dtype=tf.float32, initializer=tf.zeros_initializer(),
+            trainable=False, use_resource=True, collections=[ASCEND_GLOBAL_HASHTABLE_COLLECTION])
+        self._variables[tf.compat.v1.get_default_graph()] = variable
+        return variable
+
+    @property
+    def variable(self):
+        """The table's one-row proxy in the current graph (the latest one's where the current graph has none:
+        a ``tf.function`` graph, eager code)."""
+        return self._variables.get(tf.compat.v1.get_default_graph(), self._latest_variable)
+
+    def bound_in_current_graph(self) -> bool:
+        return tf.compat.v1.get_default_graph() in self._variables
+
+    def bind_graph(self, config_args: dict, all2all_gradients_op: str) -> "SparseTable":
+        """``create_table`` again in a new graph (TF-21): the same configuration binds the graph to this
+        table -- the same store and contents -- through a new proxy; another configuration is an error
+        naming the first parameter that differs (TF-22), raised before anything changes."""
+        wanted = dict(config_args, all2all_gradients_op=all2all_gradients_op)
+        have = dict(self._config_args, all2all_gradients_op=self.all2all_gradients_op)
+        for parameter in wanted:
+            if wanted[parameter] != have[parameter]:
+                raise ValueError(f"table {self.table_name!r}: {parameter}: the table exists with {have[parameter]!r}; "
+                                 f"creating it again in a new graph binds it to the same store, so {parameter} must "
+                                 f"be the same, got {wanted[parameter]!r}")
+        self._latest_variable = self._new_proxy()
+        return self
 
     # ------------------------------------------------------------ config
     def set_admission(self, access_threshold, eviction_threshold, faae_coefficient, source: str) -> None:
@@ -102,15 +134,21 @@ class SparseTable:
     def store(self):
         """The table's store, created on first use with the global sparse optimizer."""
         if self._store is None:
-            with self._store_lock:
-                if self._store is None:
-                    instance = ConfigInitializer.get_instance()
-                    optimizer = instance.optimizer_instance
-                    self.config = self._frozen_config()
-                    self._store = sharded(open_store(rank_config(self.config),
-                                                     optimizer.store_optimizer if optimizer else None,
-                                                     backend=instance.backend), self.all2all_gradients_op, self.is_dp)
+            optimizer = ConfigInitializer.get_instance().optimizer_instance
+            self.open_store(optimizer.store_optimizer if optimizer else None)
         return self._store
+
+    def open_store(self, store_optimizer) -> None:
+        """Create the store now with ``store_optimizer`` (None: the store's default), unless it exists.
+        A process that only evaluates or predicts has no sparse optimizer: its restore opens each store
+        with the checkpoint's optimizer, so the slots load too (TF-21)."""
+        with self._store_lock:
+            if self._store is None:
+                instance = ConfigInitializer.get_instance()
+                self.config = self._frozen_config()
+                self._store = sharded(open_store(rank_config(self.config), store_optimizer, backend=instance.backend),
+                                      self.all2all_gradients_op, self.is_dp)
+                self.store_optimizer = store_optimizer
 
     def lookup_batch(self, ids, *, is_train: bool, step: int, timestamp=None, pad_to=None) -> tuple[LookupResult, int]:
         """The one place the TF layer calls ``store.lookup``: one call per table,
@@ -177,6 +215,15 @@ class SparseTable:
         return f"SparseTable({self.table_name!r}, dim={self.emb_size}, size={self.size()})"
 
 
+def table_config_args(*, name, dim, key_dtype, initializer, device_vocabulary_size, host_vocabulary_size,
+                      ssd_vocabulary_size, ssd_data_path, is_save, init_param) -> dict:
+    """The TableConfig arguments of a create_table call: what a table created again must repeat (TF-22)."""
+    return dict(name=name, dim=dim, key_dtype=key_dtype.name, initializer=initializer,
+                device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
+                ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=tuple(ssd_data_path), is_save=is_save,
+                init_param=init_param, dynamic_expansion=ConfigInitializer.get_instance().use_dynamic_expansion)
+
+
 class KeptResults:
     """One table's training lookup results awaiting their applies (TF-18, KERAS-12), by token: the
     lookup op outputs the token, the apply op takes it as an input and the apply reuses the result
@@ -228,13 +275,14 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                  hashtable_threshold=0, **kwargs) -> SparseTable:
     """mxRec's ``create_table``; argument names, defaults and ranges as reference 1.3."""
     instance = ConfigInitializer.get_instance()
-    if instance.frozen:
-        raise RuntimeError(f"table {name!r}: create_table: the pipeline has started; create tables before "
-                           f"start_asc_pipeline()")
     if not isinstance(name, str):
         raise TypeError(f"table {name!r}: name: must be a string")
-    if name in instance.tables:
-        raise ValueError(f"table {name!r}: name: a table with this name already exists")
+    existing = instance.tables.get(name)
+    if existing is None and instance.frozen:
+        raise RuntimeError(f"table {name!r}: create_table: the pipeline has started; create tables before "
+                           f"start_asc_pipeline()")
+    if existing is not None and existing.bound_in_current_graph():
+        raise ValueError(f"table {name!r}: name: a table with this name already exists in this graph")
     key_dtype = tf.as_dtype(key_dtype) if not isinstance(key_dtype, tf.DType) else key_dtype
     if key_dtype not in (tf.int64, tf.int32):
         raise TypeError(f"table {name!r}: key_dtype: must be tf.int64 or tf.int32, got {key_dtype.name}")
@@ -273,12 +321,25 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                  f"and ignored: NPU memory-layout options; the store keeps slots beside each row")
     if instance.use_dynamic_expansion:
         host_vocabulary_size = ssd_vocabulary_size = 0   # mxRec resets them in this mode (reference 1.3)
+    if existing is not None:       # a new graph (an Estimator's next call) binds to the table (TF-21, TF-22)
+        table = existing.bind_graph(table_config_args(
+            name=name, dim=dim, key_dtype=key_dtype, initializer=initializer,
+            device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
+            ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=ssd_data_path, is_save=is_save,
+            init_param=init_param), all2all_gradients_op)
+        bind_waiting_specs(table)
+        return table
     table = SparseTable(name=name, dim=dim, key_dtype=key_dtype, initializer=initializer,
                         device_vocabulary_size=device_vocabulary_size, host_vocabulary_size=host_vocabulary_size,
                         ssd_vocabulary_size=ssd_vocabulary_size, ssd_data_path=ssd_data_path, is_save=is_save,
                         is_dp=is_dp, init_param=init_param, emb_initializer=emb_initializer)
     table.all2all_gradients_op = all2all_gradients_op
     instance.tables[name] = table
+    try:
+        bind_waiting_specs(table)      # an insert function built before the table (TF-24)
+    except BaseException:
+        del instance.tables[name]
+        raise
     return table
 
 

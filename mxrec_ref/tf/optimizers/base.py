@@ -11,6 +11,7 @@ in table-name order.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -42,10 +43,9 @@ class HashOptimizer:
             log_once("optimizer:not-by-address",
                      f"optimizer {name!r}: mxRec requires a *_by_addr optimizer with dynamic expansion; mxrec-ref "
                      f"accepts this one (both are the same store-side update on a CPU)", logging.WARNING)
-        started = [t.table_name for t in instance.tables.values() if t._store is not None]
+        started = [t for t in instance.tables.values() if t._store is not None]
         if started:
-            raise RuntimeError(f"optimizer {name!r}: create the sparse optimizer before the first lookup runs "
-                               f"(tables already running: {started})")
+            bind_to_running(instance.optimizer_instance, self, name, started)     # TF-23
         instance.optimizer_instance = self
 
     @property
@@ -76,6 +76,29 @@ class HashOptimizer:
             if global_step is not None:
                 return tf.compat.v1.assign_add(global_step, 1, name=name)
             return tf.no_op(name=name or self._name)
+
+
+def bind_to_running(running, optimizer: HashOptimizer, name: str, started_tables: list) -> None:
+    """A sparse optimizer created once the stores run: the same optimizer again, as an Estimator's
+    next graph creates it (TF-23) -- or the one a restore opened the stores with (TF-21) -- binds to
+    the stores; any other is refused before anything changes, naming the first parameter that differs."""
+    started = [t.table_name for t in started_tables]
+    have = running.store_optimizer if running is not None else started_tables[0].store_optimizer
+    if have is None or any(t.store_optimizer != have for t in started_tables):
+        raise RuntimeError(f"optimizer {name!r}: create the sparse optimizer before the first lookup runs "
+                           f"(tables already running without one: {started})")
+    wanted = optimizer.store_optimizer
+    by_address = running.by_address if running is not None else optimizer.by_address
+    if type(have) is not type(wanted) or by_address != optimizer.by_address:
+        raise ValueError(f"optimizer {name!r}: optimizer: the tables {started} already run with "
+                         f"{type(have).__name__}{' by address' if by_address else ''}; a sparse optimizer "
+                         f"created again in a new graph must be the same, got {type(wanted).__name__}"
+                         f"{' by address' if optimizer.by_address else ''}")
+    for field in dataclasses.fields(have):
+        if getattr(have, field.name) != getattr(wanted, field.name):
+            raise ValueError(f"optimizer {name!r}: {field.name}: the tables {started} already run with "
+                             f"{getattr(have, field.name)!r}; a sparse optimizer created again in a new graph "
+                             f"must be the same, got {getattr(wanted, field.name)!r}")
 
 
 def note_ignored_options(optimizer: str, **options) -> None:

@@ -1,0 +1,1 @@
+"""``npu_device.compat.v1`` (TF-29)."""
