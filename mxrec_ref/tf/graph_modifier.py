@@ -284,6 +284,25 @@ class OrphanLookupKeySlicerHook(tf.compat.v1.train.SessionRunHook):
                  "ids come from no dataset runs as it is (one store call per lookup); only iterator ids are moved")
 
 
+class ACGPushOpsToDatasetHook(tf.compat.v1.train.SessionRunHook):
+    """mxRec (``mx_rec.graph.acg_push_ops``) moves string ops (``StringSplit``, ``StringToNumber``)
+    between the iterator and the model out of the NPU graph into the dataset's ``map``.  Here every
+    op runs on the CPU where it is, so there is nothing to move: accepted, logged."""
+
+    def __init__(self, dump_graph=False):
+        if not isinstance(dump_graph, bool):
+            raise TypeError(f"ACGPushOpsToDatasetHook: dump_graph: must be a bool, got {type(dump_graph).__name__}")
+        self.dump_graph = dump_graph
+        log_once("hook:ACGPushOpsToDatasetHook", "ACGPushOpsToDatasetHook is accepted and ignored: every op runs on "
+                 "the CPU, so string ops need not move into the input pipeline")
+
+
+def session_run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+    """``mx_rec.graph.run``: the ``Session.run`` mxRec installs to wake its host key-processing
+    threads per step.  Here the store is called from inside the step, so it is the plain run."""
+    return tf.compat.v1.Session.run(self, fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+
+
 def do_merge_lookup(is_train: bool = True):
     """mxRec merges the lookups of one table before the rewrite (its patched
     ``compute_gradients`` calls this).  The rewrite merges them itself (GRAPH-1)."""
