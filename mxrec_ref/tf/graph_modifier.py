@@ -40,6 +40,7 @@ class LookupRecord:
     step: object              # lookup._StepOp (duck-typed: the lookup module imports this one)
     is_train: bool
     graph: object
+    is_grad: bool = True      # False: mxRec's is_grad=False, a training lookup with no gradient (TF-30)
     done: bool = False
 
 
@@ -50,10 +51,10 @@ class _TableGroup:
     current: tuple | None = None   # (LookupResult, offsets, step used) of this step's merged store call
 
 
-def record_lookup(table, ids, step, is_train: bool) -> None:
+def record_lookup(table, ids, step, is_train: bool, is_grad: bool = True) -> None:
     instance = ConfigInitializer.get_instance()
     instance.modify_graph = True
-    instance.modify_records.append(LookupRecord(table, ids, step, is_train, ids.graph))
+    instance.modify_records.append(LookupRecord(table, ids, step, is_train, ids.graph, is_grad))
     tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ENTRANCE, ids)
 
 
@@ -99,7 +100,7 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
         raise RuntimeError("modify_graph_and_start_emb_cache: the graph is finalized; modify it before the session "
                            "is created (GraphModifierHook does this in begin())")
     for record in mine:
-        if record.is_train:
+        if record.is_train and record.is_grad:     # TF-30: an is_grad=False lookup has no gradient by design
             _check_gradients_built(graph, record)
     if dump_graph:
         tf.io.write_graph(graph.as_graph_def(), os.getcwd(), "graph_before_modify.pbtxt", as_text=True)

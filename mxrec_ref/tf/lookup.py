@@ -146,7 +146,7 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         fused = isinstance(ids, FeatureSpec) and fused_lookup.available()     # TF-20
         step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments, fused)
         if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
-            record_lookup(table, feature, step, bool(is_train))
+            record_lookup(table, feature, step, bool(is_train), bool(is_grad))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
         embeddings = tf.reshape(step.embeddings[segment], shape)
         if feature.shape.is_fully_defined():
