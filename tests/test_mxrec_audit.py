@@ -311,7 +311,22 @@ CALLS = {
         "names = ('KEY_PROCESS_THREAD_NUM', 'FAST_UNIQUE', 'MAX_UNIQUE_THREAD_NUM', 'HD_CHANNEL_SIZE', "
         "'SSD_SAVE_COMPACT_LEVEL', 'USE_SHM_SWAP', 'RECORD_KEY_COUNT', 'AclTimeout'); "
         "os.environ.update({n: '1' for n in names}); fresh(); assert all(logged(n) for n in names)",
-    # issue 29 (TF-32, TF-33)
+    # issue 29 (TF-31, TF-32, TF-33)
+    "mx_rec.optimizers.*.Customized*":
+        "fresh(); from mx_rec.optimizers.lazy_adam import CustomizedLazyAdam, create_hash_optimizer as f; "
+        "from mx_rec.optimizers.adagrad import CustomizedAdagrad; "
+        "from mx_rec.optimizers.gradient_descent import CustomizedGradientDescentWithWeighDecay; "
+        "from mx_rec.optimizers.ftrl import CustomizedFtrl; "
+        "from mx_rec.optimizers.lazy_adam_by_addr import CustomizedLazyAdamByAddress; "
+        "from mx_rec.optimizers.adagrad_by_addr import CustomizedAdagradByAddress; "
+        "from mx_rec.optimizers.gradient_descent_by_addr import CustomizedGradientDescentByAddr; "
+        "o = f(learning_rate=tf.constant(0.01)); assert isinstance(o, CustomizedLazyAdam) and "
+        "isinstance(o, tf.compat.v1.train.AdamOptimizer) and o._lr is not None; "
+        "assert issubclass(CustomizedGradientDescentByAddr, tf.compat.v1.train.GradientDescentOptimizer); "
+        "assert issubclass(CustomizedAdagradByAddress, tf.compat.v1.train.AdagradOptimizer); "
+        "assert issubclass(CustomizedFtrl, tf.compat.v1.train.FtrlOptimizer) and "
+        "issubclass(CustomizedGradientDescentWithWeighDecay, tf.compat.v1.train.Optimizer) and "
+        "issubclass(CustomizedLazyAdamByAddress, CustomizedLazyAdam) and CustomizedAdagrad",
     "mx_rec.core.asc.helper.FeatureSpec":
         "from mx_rec.core.asc.helper import FeatureSpec as F; from mx_rec.core.asc.feature_spec import FeatureSpec; "
         "assert F is FeatureSpec",

@@ -14,6 +14,8 @@ FROZEN_IDS = np.array([[3, 7], [8, 8]], np.int64)      # keys 7, 8 only here: lo
 
 @pytest.fixture(autouse=True)
 def _fresh():
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
     yield
     if mx.is_initialized():
         mx.terminate_config_initializer()

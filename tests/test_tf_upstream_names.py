@@ -12,6 +12,8 @@ import mxrec_ref.tf as mx
 
 @pytest.fixture(autouse=True)
 def _graph():
+    if mx.is_initialized():
+        mx.terminate_config_initializer()
     with tf.Graph().as_default():
         yield
     if mx.is_initialized():
