@@ -312,6 +312,20 @@ CALLS = {
         "'SSD_SAVE_COMPACT_LEVEL', 'USE_SHM_SWAP', 'RECORD_KEY_COUNT', 'AclTimeout'); "
         "os.environ.update({n: '1' for n in names}); fresh(); assert all(logged(n) for n in names)",
     # issue 29 (TF-31, TF-32, TF-33)
+    "mx_rec.util.tf_version_adapter.NPUCheckpointSaverHook":
+        "from mx_rec.util.tf_version_adapter import NPUCheckpointSaverHook as H; "
+        "assert issubclass(H, tf.compat.v1.train.CheckpointSaverHook)",
+    "mx_rec.util.init / terminate_config_initializer / ConfigInitializer / get_dense_and_sparse_variable / "
+    "import_host_pipeline_ops / hccl_ops / npu_ops / communication":
+        "import mx_rec.util as U; assert U.init is I.init and U.ConfigInitializer is I.ConfigInitializer; "
+        "assert U.communication.hccl_ops.get_rank_id() == U.hccl_ops.get_rank_id() == 0; "
+        "assert callable(U.terminate_config_initializer) and callable(U.get_dense_and_sparse_variable) and "
+        "callable(U.import_host_pipeline_ops) and callable(U.npu_ops.initialize_system)",
+    "mx_rec.optimizers.base.CustomizedOptimizer":
+        "from mx_rec.optimizers.base import CustomizedOptimizer as B; "
+        "K = type('K', (tf.compat.v1.train.GradientDescentOptimizer, B), "
+        "{'__init__': lambda self: B._get_name(self, name='x')}); "
+        "assert 'mx_rec.optimizers factories' in raises(NotImplementedError, K)",
     "mx_rec.optimizers.*.Customized*":
         "fresh(); from mx_rec.optimizers.lazy_adam import CustomizedLazyAdam, create_hash_optimizer as f; "
         "from mx_rec.optimizers.adagrad import CustomizedAdagrad; "

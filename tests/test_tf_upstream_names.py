@@ -96,3 +96,28 @@ def test_tf_33_eos_map_checks_its_arguments(args, parameter):
     dataset = tf.data.Dataset.range(3)
     with pytest.raises((TypeError, ValueError), match=parameter):
         dataset.eos_map(*args)
+
+
+def test_tf_32_util_package_reexports_as_mxrec():
+    import mx_rec.util as mxrec_util
+    from mx_rec.util.initialize import ConfigInitializer, init
+    assert mxrec_util.init is init and mxrec_util.ConfigInitializer is ConfigInitializer
+    assert mxrec_util.communication.hccl_ops.get_rank_id() == 0          # as model-zoo scripts call it
+    from mx_rec.util.tf_version_adapter import NPUCheckpointSaverHook
+    assert NPUCheckpointSaverHook is tf.compat.v1.train.CheckpointSaverHook
+
+
+def test_tf_32_a_scripts_own_customized_optimizer_is_rejected_clearly():
+    from tensorflow.python.training import gradient_descent
+
+    from mx_rec.optimizers.base import CustomizedOptimizer
+
+    class OwnSGD(gradient_descent.GradientDescentOptimizer, CustomizedOptimizer):   # as WideDeep writes it
+        def __init__(self, learning_rate, name="GradientDescent"):
+            super()._get_name(name=name)
+            super().__init__(learning_rate=learning_rate, name=name)
+
+    mx.init()
+    with pytest.raises(NotImplementedError, match="'OwnSGD'.*gradient_descent with weight_decay="):
+        OwnSGD(0.1)
+    assert mx.ConfigInitializer.get_instance().optimizer_instance is None

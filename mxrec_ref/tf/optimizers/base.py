@@ -172,6 +172,27 @@ class LearningRateAttribute:
         self._hash_learning_rate = value
 
 
+class CustomizedOptimizer:
+    """mxRec's base of its sparse optimizers (``mx_rec.optimizers.base``), which model-zoo scripts
+    subclass to write their own update in TF ops on the device table (e.g. WideDeep's
+    ``gradient_descent_w``).  Here a table's rows live in the store and are updated inside it, so
+    such an update has nothing to act on: constructing a subclass raises, naming the factory that
+    computes the same update in the store (rejected, TF-32)."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError(self._rejection())
+
+    def _get_name(self, name="CustomizedOptimizer"):
+        raise NotImplementedError(self._rejection())
+
+    @classmethod
+    def _rejection(cls) -> str:
+        return (f"optimizer class {cls.__name__!r}: a sparse optimizer written on mx_rec.optimizers.base."
+                f"CustomizedOptimizer updates the device table with its own TF ops; mxrec-ref's tables are "
+                f"updated inside the store, so use one of the mx_rec.optimizers factories (lazy_adam, adagrad, "
+                f"ftrl, gradient_descent with weight_decay=, and their *_by_addr forms)")
+
+
 def note_ignored_options(optimizer: str, **options) -> None:
     """use_locking / use_fusion_optim: TF-kernel and NPU fused-kernel choices; the
     store applies each table's update in one call, so they change nothing."""
