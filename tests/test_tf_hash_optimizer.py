@@ -216,3 +216,18 @@ def test_tf_34_eager_variable_learning_rate_is_read_at_each_apply(backend):
             loss = tf.reduce_sum(mx.sparse_lookup(table, tf.constant([4], tf.int64), modify_graph=True))
         optimizer.apply_gradients([(tape.gradient(loss, table.variable.handle), table.variable)])
     assert table.store.export().values.tolist() == [[1.0 - 0.5 - 0.25] * 2]
+
+
+def test_tf_31_compute_gradients_and_minimize_are_tfs(backend):
+    """TF's own compute_gradients / minimize on the table variables end in the store's apply."""
+    mx.init(backend=backend)
+    table = mx.create_table(tf.int64, 2, "t", tf.compat.v1.ones_initializer(), device_vocabulary_size=10)
+    optimizer = gradient_descent.create_hash_optimizer(tf.constant(0.5))
+    loss = tf.reduce_sum(mx.sparse_lookup(table, tf.constant([1, 2, 2], tf.int64), modify_graph=True))
+    _, sparse = mx.get_dense_and_sparse_variable()
+    (grad, var), = optimizer.compute_gradients(loss, var_list=sparse)
+    assert isinstance(grad, tf.IndexedSlices) and var is table.variable
+    train = optimizer.minimize(loss, var_list=sparse)
+    with tf.compat.v1.Session() as session:
+        session.run(train)
+    assert table.store.export().values.tolist() == [[0.5, 0.5], [0.0, 0.0]]     # key 2 twice: gradient 2
