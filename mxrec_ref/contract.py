@@ -537,6 +537,7 @@ class TierMoves(ABC):
     host_heap: type            # the backend's heap of TIER-5's order (mxrec_ref.tiers.placement.HostOrder), TIER-12
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
     clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
+    optimizer: SparseOptimizer  # the update's optimizer: the wrapper sets its own for one apply (OPT-10)
 
     @abstractmethod
     def _dedup(self, keys: np.ndarray, counts: np.ndarray | None) -> tuple:
