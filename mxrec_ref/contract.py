@@ -157,6 +157,9 @@ class Store(ABC):
     def _applying_with(self, optimizer: SparseOptimizer):
         """The update reads ``self.optimizer`` (and the stores behind this one theirs): for one
         apply under the lock, they read ``optimizer``."""
+        if optimizer is self.optimizer:         # the common case: nothing to set
+            yield
+            return
         stores = [self, *self._stores_behind()]
         kept = [store.optimizer for store in stores]
         for store in stores:
