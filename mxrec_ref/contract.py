@@ -19,6 +19,7 @@ here imports it.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -29,7 +30,7 @@ import numpy as np
 
 from . import checkpoint, hot
 from .config import TableConfig
-from .errors import CapacityError, GradientError, KeyInputError, NotSupported, UsageError
+from .errors import CapacityError, ConfigError, GradientError, KeyInputError, NotSupported, UsageError
 from .optimizers import SGD, SparseOptimizer
 from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
 
@@ -118,15 +119,18 @@ class Store(ABC):
                 self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
             return result
 
-    def apply_gradients(self, result, grad_rows, *, step: int) -> int:
+    def apply_gradients(self, result, grad_rows, *, step: int, learning_rate=None) -> int:
         """Apply one gradient row per unique key with the store's optimizer.
 
         ``result`` is a training ``LookupResult`` of this store (``grad_rows``
         aligned with its ``unique_keys``), or an integer key array (any order,
         duplicates summed in order of occurrence; OPT-1).  Rows of keys that
-        hold no row are dropped.  Returns the number of rows updated.
+        hold no row are dropped.  ``learning_rate``, when given, replaces the
+        optimizer's for this call only (OPT-10: a schedule's value of the step).
+        Returns the number of rows updated.
         """
         step = self._check_time("step", step, required=True)
+        optimizer = self._optimizer_for(learning_rate)
         if isinstance(result, LookupResult):
             if result.store_id != id(self) or result.table != self.name:
                 raise UsageError(f"table {self.name!r}: result: this lookup result belongs to "
@@ -144,11 +148,46 @@ class Store(ABC):
         if not isinstance(result, LookupResult):
             keys, grads, mask = _sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
-        with self._lock:
+        with self._lock, self._applying_with(optimizer):
             self._log_changes(keys)
             if isinstance(result, LookupResult):
                 return self._apply_result(keys, grads, mask, step, result.row_handles)
             return self._apply(keys, grads, mask, step)
+
+    def _optimizer_for(self, learning_rate) -> SparseOptimizer:
+        """OPT-10: the optimizer of one apply -- the store's, or a copy with this call's learning
+        rate, validated as the optimizer's own (ConfigError naming the table) before anything changes."""
+        if learning_rate is None:
+            return self.optimizer
+        number = isinstance(learning_rate, (int, float, np.integer, np.floating)) and not isinstance(learning_rate, bool)
+        if number and float(learning_rate) == float(self.optimizer.learning_rate):
+            return self.optimizer
+        try:
+            return dataclasses.replace(self.optimizer, learning_rate=float(learning_rate) if number else learning_rate)
+        except ConfigError as error:
+            raise ConfigError(f"table {self.name!r}: learning_rate: {error}") from None
+
+    @contextlib.contextmanager
+    def _applying_with(self, optimizer: SparseOptimizer):
+        """The update reads ``self.optimizer`` (and the stores behind this one theirs): for one
+        apply under the lock, they read ``optimizer``."""
+        if optimizer is self.optimizer:         # the common case: nothing to set
+            yield
+            return
+        stores = [self, *self._stores_behind()]
+        kept = [store.optimizer for store in stores]
+        for store in stores:
+            store.optimizer = optimizer
+        try:
+            yield
+        finally:
+            for store, original in zip(stores, kept):
+                store.optimizer = original
+
+    def _stores_behind(self) -> tuple:
+        """Stores whose private ``_apply`` this one calls directly (a tiered store's in-memory
+        store), so they update with this call's optimizer too (OPT-10)."""
+        return ()
 
     def evict(self, now: int | None = None) -> np.ndarray:
         """Remove every key with ``now - last_seen >= eviction_threshold``;
@@ -584,6 +623,7 @@ class TierMoves(ABC):
     host_heap: type            # the backend's heap of TIER-5's order (mxrec_ref.tiers.placement.HostOrder), TIER-12
     clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
     clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
+    optimizer: SparseOptimizer  # the update's optimizer: the wrapper sets its own for one apply (OPT-10)
 
     @abstractmethod
     def _dedup(self, keys: np.ndarray, counts: np.ndarray | None) -> tuple:

@@ -311,6 +311,64 @@ CALLS = {
         "names = ('KEY_PROCESS_THREAD_NUM', 'FAST_UNIQUE', 'MAX_UNIQUE_THREAD_NUM', 'HD_CHANNEL_SIZE', "
         "'SSD_SAVE_COMPACT_LEVEL', 'USE_SHM_SWAP', 'RECORD_KEY_COUNT', 'AclTimeout'); "
         "os.environ.update({n: '1' for n in names}); fresh(); assert all(logged(n) for n in names)",
+    # issue 29 (TF-31, TF-32, TF-33)
+    "mx_rec.util.tf_version_adapter.NPUCheckpointSaverHook":
+        "from mx_rec.util.tf_version_adapter import NPUCheckpointSaverHook as H; "
+        "assert issubclass(H, tf.compat.v1.train.CheckpointSaverHook)",
+    "mx_rec.util.init / terminate_config_initializer / ConfigInitializer / get_dense_and_sparse_variable / "
+    "import_host_pipeline_ops / hccl_ops / npu_ops / communication":
+        "import mx_rec.util as U; assert U.init is I.init and U.ConfigInitializer is I.ConfigInitializer; "
+        "assert U.communication.hccl_ops.get_rank_id() == U.hccl_ops.get_rank_id() == 0; "
+        "assert callable(U.terminate_config_initializer) and callable(U.get_dense_and_sparse_variable) and "
+        "callable(U.import_host_pipeline_ops) and callable(U.npu_ops.initialize_system)",
+    "mx_rec.optimizers.base.CustomizedOptimizer":
+        "from mx_rec.optimizers.base import CustomizedOptimizer as B; "
+        "K = type('K', (tf.compat.v1.train.GradientDescentOptimizer, B), "
+        "{'__init__': lambda self: B._get_name(self, name='x')}); "
+        "assert 'mx_rec.optimizers factories' in raises(NotImplementedError, K)",
+    "mx_rec.optimizers.*.Customized*":
+        "fresh(); from mx_rec.optimizers.lazy_adam import CustomizedLazyAdam, create_hash_optimizer as f; "
+        "from mx_rec.optimizers.adagrad import CustomizedAdagrad; "
+        "from mx_rec.optimizers.gradient_descent import CustomizedGradientDescentWithWeighDecay; "
+        "from mx_rec.optimizers.ftrl import CustomizedFtrl; "
+        "from mx_rec.optimizers.lazy_adam_by_addr import CustomizedLazyAdamByAddress; "
+        "from mx_rec.optimizers.adagrad_by_addr import CustomizedAdagradByAddress; "
+        "from mx_rec.optimizers.gradient_descent_by_addr import CustomizedGradientDescentByAddr; "
+        "o = f(learning_rate=tf.constant(0.01)); assert isinstance(o, CustomizedLazyAdam) and "
+        "isinstance(o, tf.compat.v1.train.AdamOptimizer) and o._lr is not None; "
+        "assert issubclass(CustomizedGradientDescentByAddr, tf.compat.v1.train.GradientDescentOptimizer); "
+        "assert issubclass(CustomizedAdagradByAddress, tf.compat.v1.train.AdagradOptimizer); "
+        "assert issubclass(CustomizedFtrl, tf.compat.v1.train.FtrlOptimizer) and "
+        "issubclass(CustomizedGradientDescentWithWeighDecay, tf.compat.v1.train.Optimizer) and "
+        "issubclass(CustomizedLazyAdamByAddress, CustomizedLazyAdam) and CustomizedAdagrad",
+    "mx_rec.core.asc.helper.FeatureSpec":
+        "from mx_rec.core.asc.helper import FeatureSpec as F; from mx_rec.core.asc.feature_spec import FeatureSpec; "
+        "assert F is FeatureSpec",
+    "mx_rec.graph.hooks.LookupSubgraphSlicerHook / OrphanLookupKeySlicerHook":
+        "from mx_rec.graph.hooks import LookupSubgraphSlicerHook, OrphanLookupKeySlicerHook; "
+        "assert isinstance(LookupSubgraphSlicerHook(op_types=[]), tf.compat.v1.train.SessionRunHook); "
+        "OrphanLookupKeySlicerHook()",
+    "mx_rec.graph.acg_push_ops.ACGPushOpsToDatasetHook":
+        "from mx_rec.graph.acg_push_ops import ACGPushOpsToDatasetHook as H; H(dump_graph=True); "
+        "assert logged('ACGPushOpsToDatasetHook'); raises(TypeError, H, dump_graph=1)",
+    "mx_rec.graph.merge_lookup.do_merge_lookup":
+        "from mx_rec.graph.merge_lookup import do_merge_lookup; do_merge_lookup(is_train=False)",
+    "mx_rec.graph.run":
+        "from mx_rec.graph import run; s = tf.compat.v1.Session(); assert run(s, tf.constant(2)) == 2; s.close()",
+    "sparse_lookup(dim=None)":
+        "fresh(); t = table(); e = sparse_lookup(t, tf.constant([1], tf.int64), modify_graph=True, dim=8); "
+        "assert e.shape.as_list() == [1, 4] and logged('dim=8 is unused')",
+    "Dataset.eos_map":
+        "ds = tf.data.Dataset.range(4); "
+        "assert ds.eos_map(import_host_pipeline_ops(C.LIBREC_EOS_OPS_SO), 0, 10, 5) is ds; "
+        "raises(ValueError, ds.eos_map, import_host_pipeline_ops(), 3, 10, 5)",
+    "mx_rec.constants.constants.LIBREC_EOS_OPS_SO / LIBREC_TF_REC_V1_CPU_SO / LIBREC_TF_NPU_OPS_SO / LIBASC_OPS_SO":
+        "assert all(import_host_pipeline_ops(getattr(C, n)) for n in ('LIBREC_EOS_OPS_SO', "
+        "'LIBREC_TF_REC_V1_CPU_SO', 'LIBREC_TF_NPU_OPS_SO', 'LIBASC_OPS_SO'))",
+    "mx_rec.constants.constants.GET_CONFIG_INSTANCE_ERR_MSG / MAX_DEVICE_VOCABULARY_SIZE":
+        "I.terminate_config_initializer(); "
+        "assert raises(EnvironmentError, I.ConfigInitializer.get_instance) == C.GET_CONFIG_INSTANCE_ERR_MSG; "
+        "assert C.MAX_DEVICE_VOCABULARY_SIZE == 10**9",
 }
 
 RUNNER = """

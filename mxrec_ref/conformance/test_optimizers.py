@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from mxrec_ref import SGD, Adagrad, Ftrl, GradientError, Initializer, LazyAdam, available_backends, open_store
+from mxrec_ref import (SGD, Adagrad, ConfigError, Ftrl, GradientError, Initializer, LazyAdam, available_backends,
+                       open_store)
 
 from .checks import assert_unchanged, keys, make_store, snapshot
 
@@ -278,3 +279,47 @@ def test_opt_9_fast_handles_are_checked_before_use(fast_backend):
     for handles in (expected[1][::-1].copy(), rng.integers(-5, 200, 40), np.full(40, -1, np.int64)):
         got = fast_optimizers.resolve_rows(core, batch, mask, np.resize(handles, 40).astype(np.int64))
         assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+
+
+_EVERY_KIND = [SGD(learning_rate=0.1), SGD(learning_rate=0.1, weight_decay=1e-3), Adagrad(learning_rate=0.1),
+               LazyAdam(learning_rate=0.1), Ftrl(learning_rate=0.1)]
+
+
+@pytest.mark.parametrize("optimizer", _EVERY_KIND, ids=lambda o: o.kind)
+def test_opt_10_learning_rate_of_one_apply(backend, optimizer):
+    """apply_gradients(..., learning_rate=lr) updates exactly as a store configured with lr would, for
+    that call only: the next apply without one uses the store's own learning rate again."""
+    import dataclasses
+    given = _constant_store(backend, optimizer)
+    configured = _constant_store(backend, dataclasses.replace(optimizer, learning_rate=0.37))
+    grads = np.array([[1, -2, 0.5], [0.25, 1, -1]], dtype=np.float32)
+    for store, rate in ((given, 0.37), (configured, None)):
+        result = store.lookup(keys(1, 2), step=0)
+        store.apply_gradients(result, grads, step=0, learning_rate=rate)
+    assert given.export().differences(configured.export()) == []
+    assert given.optimizer == optimizer                               # the store's own is unchanged
+    plain = _constant_store(backend, optimizer)                       # and used by the next apply
+    for store in (given, plain):
+        if store is plain:
+            store.lookup(keys(1, 2), step=0)
+            store.apply_gradients(keys(1, 2), grads, step=0, learning_rate=0.37)
+        store.lookup(keys(1, 2), step=1)
+        store.apply_gradients(keys(1, 2), grads, step=1)
+    assert given.export().differences(plain.export()) == []
+
+
+@pytest.mark.parametrize("rate", [11.0, -0.5, float("nan"), float("inf"), "0.1", True])
+def test_opt_10_a_bad_learning_rate_changes_nothing(backend, rate):
+    store = _constant_store(backend, Adagrad(learning_rate=0.1))
+    result = store.lookup(keys(1, 2), step=0)
+    before = snapshot(store)
+    with pytest.raises(ConfigError, match=r"table 't': learning_rate: .*learning_rate"):
+        store.apply_gradients(result, np.ones((2, 3), np.float32), step=0, learning_rate=rate)
+    assert_unchanged(store, before)
+
+
+def test_opt_10_ftrl_learning_rate_must_be_positive(backend):
+    store = _constant_store(backend, Ftrl(learning_rate=0.1))
+    result = store.lookup(keys(1), step=0)
+    with pytest.raises(ConfigError, match="learning_rate"):
+        store.apply_gradients(result, np.ones((1, 3), np.float32), step=0, learning_rate=0.0)

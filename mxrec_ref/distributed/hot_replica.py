@@ -79,10 +79,11 @@ class HotReplica:
         config = dataclasses.replace(self.local.config, device_vocabulary_size=max(1, n_rows), dynamic_expansion=True)
         return type(self.local)(config, self.local.optimizer, hot_rows=0, hot_update_step=1)
 
-    def apply(self, keys: np.ndarray, sums: np.ndarray, step: int) -> None:
-        """The sums the owners applied, applied to the replica (``keys`` distinct: nothing is summed again)."""
+    def apply(self, keys: np.ndarray, sums: np.ndarray, step: int, learning_rate=None) -> None:
+        """The sums the owners applied, applied to the replica (``keys`` distinct: nothing is summed again)
+        with the owners' learning rate of the step (OPT-10)."""
         if len(keys):
-            self.replica.apply_gradients(keys, sums, step=step)
+            self.replica.apply_gradients(keys, sums, step=step, learning_rate=learning_rate)
 
     def drop(self, evicted: np.ndarray) -> None:
         """Evicted keys leave the hot set (HOT-2)."""

@@ -88,7 +88,8 @@ class ReplicatedStore(ShardedStore):
         every_rows = gather_rows(self.comm, rows, sizes).reshape(-1, self.config.dim)
         self._table_positions["grad_rows_dropped"] += sum(h["dropped"] for h in headers)
         # duplicates (one per rank) are summed in order of occurrence: rank order (OPT-1, SHARD-7)
-        return self.local.apply_gradients(every_keys, every_rows, step=step)
+        return self.local.apply_gradients(every_keys, every_rows, step=step,
+                                          learning_rate=self.optimizer.learning_rate)     # OPT-10
 
     # ------------------------------------------------------- eviction, size
     def _evict(self, now):

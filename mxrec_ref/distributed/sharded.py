@@ -287,12 +287,12 @@ class ShardedStore(Store):
         self._positions["default_positions"] += real - with_row
 
     # ----------------------------------------------------------- gradients
-    def apply_gradients(self, result, grad_rows, *, step: int) -> int:
+    def apply_gradients(self, result, grad_rows, *, step: int, learning_rate=None) -> int:
         self._started = False
         try:
             with self._call("apply_gradients"):
                 try:
-                    return super().apply_gradients(result, grad_rows, step=step)
+                    return super().apply_gradients(result, grad_rows, step=step, learning_rate=learning_rate)
                 except MxrecError as error:
                     self._tell_others(error, "apply_gradients")
                     raise
@@ -327,14 +327,17 @@ class ShardedStore(Store):
                 chosen = self._hot.is_hot(recv_keys)
                 hot_keys, hot_sums = recv_keys[chosen], recv_rows[chosen]
             # duplicates (one per source rank) are summed in order of occurrence: source-rank order (OPT-1)
-            applied = self.local.apply_gradients(recv_keys, recv_rows, step=step)
+            # OPT-10: this apply's optimizer (its learning rate) on the owner's store too
+            applied = self.local.apply_gradients(recv_keys, recv_rows, step=step,
+                                                 learning_rate=self.optimizer.learning_rate)
         except MxrecError as failed:
             error = failed
         headers = self._share_stats(error, "apply_gradients", applied=applied, n_hot=len(hot_keys))
         if self._hot is not None:          # every replica applies what the owners applied to hot keys
             sizes = [h["n_hot"] for h in headers]
             self._hot.apply(gather_rows(self.comm, hot_keys, sizes),
-                            gather_rows(self.comm, hot_sums, sizes).reshape(-1, self.config.dim), step)
+                            gather_rows(self.comm, hot_sums, sizes).reshape(-1, self.config.dim), step,
+                            self.optimizer.learning_rate)
         return sum(h["applied"] for h in headers)
 
     # ------------------------------------------------------- eviction, size

@@ -39,6 +39,8 @@ REPO_PEERS_PYTHON = Path(__file__).resolve().parents[2] / ".venv-peers" / "bin" 
 
 # What TFRA cannot express: the reason each NotSupported gives (CON-11).
 NOT_EXPRESSIBLE = {
+    "learning_rate": "TFRA's optimizer is built with its learning rate when the table opens; a learning rate for "
+                     "one apply (OPT-10) would need a variable learning rate there",
     "admission": "ADM: TFRA stores every key it is given; it has no count-based admission (access_threshold)",
     "eviction": "EVI: TFRA's restrict policies trim a table to a target size by frequency or wall-clock "
                 "timestamp; it has no eviction by eviction_threshold steps since last seen",
@@ -176,6 +178,7 @@ class TFRAStore(InMemoryStore):
         self._per_key_init = constant is None
         self._server.call("open", table=self._id, dim=self.config.dim, initializer=constant,
                           optimizer=self.optimizer.describe())
+        self._opened_with = self.optimizer      # the server's optimizer: its learning rate is fixed at open
         weakref.finalize(self, self._server.closed_tables.append, self._id)
 
     def _check_expressible(self, hot_rows) -> None:
@@ -234,6 +237,8 @@ class TFRAStore(InMemoryStore):
 
     # ----------------------------------------------------------- gradients
     def _apply(self, keys, grads, mask, step) -> int:
+        if self.optimizer is not self._opened_with:       # OPT-10: a learning rate for this apply only
+            raise NotSupported(NOT_EXPRESSIBLE["learning_rate"])
         fields, _ = self._server.call("apply", {"keys": keys[mask], "grads": grads[mask]}, table=self._id,
                                       step=step)
         self._count_applied(len(keys), fields["applied"])                      # STAT-5

@@ -16,7 +16,8 @@ import warnings
 from types import SimpleNamespace
 
 from ..backends import available_backends, unknown_backend_reason
-from .constants import BACKEND_ENV, EVAL_CHANNEL_ID, IGNORED_ENV, MAX_INT32, TRAIN_CHANNEL_ID
+from .constants import (BACKEND_ENV, EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG, IGNORED_ENV, MAX_INT32,
+                        TRAIN_CHANNEL_ID)
 
 logger = logging.getLogger("mxrec_ref.tf")
 _LOGGED: set = set()
@@ -145,7 +146,7 @@ class ConfigInitializer:
     @staticmethod
     def get_instance() -> "ConfigInitializer":
         if _INSTANCE is None:
-            raise EnvironmentError("Please init the environment for mx_rec at first.")
+            raise EnvironmentError(GET_CONFIG_INSTANCE_ERR_MSG)
         return _INSTANCE
 
 

@@ -46,3 +46,12 @@ class BaseEnum(Enum):
 class All2allGradientsOp(BaseEnum):
     SUM_GRADIENTS = "sum_gradients"
     SUM_GRADIENTS_AND_DIV_BY_RANKSIZE = "sum_gradients_and_div_by_ranksize"
+
+# mxRec's custom-op libraries (``import_host_pipeline_ops(so_name)`` takes these names); no
+# library is loaded here: the names only let scripts pass them (TF-32).
+LIBASC_OPS_SO = "libasc_ops.so"
+LIBREC_TF_NPU_OPS_SO = "librecsdk_tf_npu_ops.so"
+LIBREC_TF_REC_V1_CPU_SO = "librecsdk_tf_rec_v1_cpu_ops.so"
+LIBREC_EOS_OPS_SO = "librec_eos_ops.so"
+GET_CONFIG_INSTANCE_ERR_MSG = "Please init the environment for mx_rec at first."
+MAX_DEVICE_VOCABULARY_SIZE = 10**9

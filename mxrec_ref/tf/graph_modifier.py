@@ -41,6 +41,7 @@ class LookupRecord:
     step: object              # lookup._StepOp (duck-typed: the lookup module imports this one)
     is_train: bool
     graph: object
+    is_grad: bool = True      # False: mxRec's is_grad=False, a training lookup with no gradient (TF-30)
     done: bool = False
 
 
@@ -51,10 +52,10 @@ class _TableGroup:
     current: tuple | None = None   # (LookupResult, offsets, step used) of this step's merged store call
 
 
-def record_lookup(table, ids, step, is_train: bool) -> None:
+def record_lookup(table, ids, step, is_train: bool, is_grad: bool = True) -> None:
     instance = ConfigInitializer.get_instance()
     instance.modify_graph = True
-    instance.modify_records.append(LookupRecord(table, ids, step, is_train, ids.graph))
+    instance.modify_records.append(LookupRecord(table, ids, step, is_train, ids.graph, is_grad))
     tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ENTRANCE, ids)
 
 
@@ -100,7 +101,7 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
         raise RuntimeError("modify_graph_and_start_emb_cache: the graph is finalized; modify it before the session "
                            "is created (GraphModifierHook does this in begin())")
     for record in mine:
-        if record.is_train:
+        if record.is_train and record.is_grad:     # TF-30: an is_grad=False lookup has no gradient by design
             _check_gradients_built(graph, record)
     if dump_graph:
         tf.io.write_graph(graph.as_graph_def(), os.getcwd(), "graph_before_modify.pbtxt", as_text=True)
@@ -286,6 +287,25 @@ class OrphanLookupKeySlicerHook(tf.compat.v1.train.SessionRunHook):
     def __init__(self):
         log_once("hook:OrphanLookupKeySlicerHook", "OrphanLookupKeySlicerHook is accepted and ignored: a lookup whose "
                  "ids come from no dataset runs as it is (one store call per lookup); only iterator ids are moved")
+
+
+class ACGPushOpsToDatasetHook(tf.compat.v1.train.SessionRunHook):
+    """mxRec (``mx_rec.graph.acg_push_ops``) moves string ops (``StringSplit``, ``StringToNumber``)
+    between the iterator and the model out of the NPU graph into the dataset's ``map``.  Here every
+    op runs on the CPU where it is, so there is nothing to move: accepted, logged."""
+
+    def __init__(self, dump_graph=False):
+        if not isinstance(dump_graph, bool):
+            raise TypeError(f"ACGPushOpsToDatasetHook: dump_graph: must be a bool, got {type(dump_graph).__name__}")
+        self.dump_graph = dump_graph
+        log_once("hook:ACGPushOpsToDatasetHook", "ACGPushOpsToDatasetHook is accepted and ignored: every op runs on "
+                 "the CPU, so string ops need not move into the input pipeline")
+
+
+def session_run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+    """``mx_rec.graph.run``: the ``Session.run`` mxRec installs to wake its host key-processing
+    threads per step.  Here the store is called from inside the step, so it is the plain run."""
+    return tf.compat.v1.Session.run(self, fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
 
 
 def do_merge_lookup(is_train: bool = True):

@@ -2,9 +2,12 @@
 CPU ops that mean something here, and clear errors for the NPU kernels."""
 from types import SimpleNamespace
 
+import numpy as np
 import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
 
 from .config_initializer import log_once
+from .constants import EVAL_CHANNEL_ID, MAX_INT32, TRAIN_CHANNEL_ID
 from .table import set_threshold
 
 
@@ -39,7 +42,45 @@ _UNAVAILABLE = {
 }
 
 
+class HostPipelineOps(SimpleNamespace):
+    """What ``import_host_pipeline_ops`` returns: mxRec's op library, as CPU ops."""
+
+
 def import_host_pipeline_ops(so_name=None):
-    """The CPU ops mxRec's scripts call; ``so_name`` is accepted and ignored."""
-    return SimpleNamespace(set_threshold=set_threshold, clear_channel=clear_channel, return_timestamp=return_timestamp,
+    """The CPU ops mxRec's scripts call; ``so_name`` (e.g. ``LIBREC_EOS_OPS_SO``) is accepted
+    and ignored: every library's ops are here."""
+    return HostPipelineOps(set_threshold=set_threshold, clear_channel=clear_channel,
+                           return_timestamp=return_timestamp,
                            **{name: _unavailable(name, instead) for name, instead in _UNAVAILABLE.items()})
+
+
+def eos_map(dataset, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
+    """mxRec's ``Dataset.eos_map`` (TF-33).  On an NPU it wraps the dataset in an op that tells
+    the host channel ``channel_id`` when the data ends, so every rank's device loop stops
+    together.  Here no host channel and no device loop exist: the dataset is returned
+    unchanged (not bounded), and the script's own step bound or the end of its data
+    (OutOfRangeError) ends the loop, as with the plain dataset.  The arguments are checked."""
+    if not isinstance(librec, HostPipelineOps):
+        raise TypeError(f"eos_map: librec: must be the ops of import_host_pipeline_ops(LIBREC_EOS_OPS_SO), "
+                        f"got {type(librec).__name__}")
+    _check_int("channel_id", channel_id, TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID)
+    _check_int("max_train_steps", max_train_steps, -1, MAX_INT32)
+    _check_int("max_eval_steps", max_eval_steps, -1, MAX_INT32)
+    log_once("ops:eos_map", "eos_map is accepted and returns the dataset unchanged: it signals the end of the data "
+             "to mxRec's host channel, which mxrec-ref does not have")
+    return dataset
+
+
+def _check_int(parameter: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not low <= value <= high:
+        raise ValueError(f"eos_map: {parameter}: must be an integer in [{low}, {high}], got {value!r}")
+
+
+def _dataset_eos_map(self, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
+    return eos_map(self, librec, channel_id, max_train_steps, max_eval_steps)
+
+
+# ``import mx_rec`` gives every dataset this method (mxRec's data/patch.py); adding a method TF
+# does not have changes nothing else, so it is installed once, when these ops are first imported.
+if not hasattr(dataset_ops.DatasetV2, "eos_map"):
+    dataset_ops.DatasetV2.eos_map = _dataset_eos_map

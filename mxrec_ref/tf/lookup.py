@@ -14,6 +14,7 @@ which the store merges (several lookups of a table).
 """
 from __future__ import annotations
 
+import logging
 import weakref
 
 import numpy as np
@@ -94,6 +95,7 @@ def result_token_of(table, keys):
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
                   access_and_evict_config=None, is_grad=True, serving_default_value=None, **kwargs):
     instance = ConfigInitializer.get_instance()
+    _note_dim(hashtable, kwargs.pop("dim", None))
     unknown = sorted(set(kwargs) - _INTERNAL_KWARGS)
     if unknown:
         raise TypeError(f"sparse_lookup: unknown arguments {unknown}")
@@ -144,7 +146,7 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         fused = isinstance(ids, FeatureSpec) and fused_lookup.available()     # TF-20
         step = _step_op(table, merged, bool(is_train), timestamp, pad_to, segments, fused)
         if not isinstance(ids, FeatureSpec) and not tf.executing_eagerly():
-            record_lookup(table, feature, step, bool(is_train))
+            record_lookup(table, feature, step, bool(is_train), bool(is_grad))
         shape = tf.concat([tf.shape(feature, out_type=tf.int64), [table.emb_size]], axis=0)
         embeddings = tf.reshape(step.embeddings[segment], shape)
         if feature.shape.is_fully_defined():
@@ -156,6 +158,19 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
         if not is_grad:
             embeddings = tf.stop_gradient(embeddings)
         return embeddings
+
+
+def _note_dim(table, dim) -> None:
+    """``dim=``: mxRec's sparse_lookup takes it among its ``**kwargs`` and never reads it
+    (TF-32): the table's dim shapes the result.  Accepted; a different value is worth a warning."""
+    if dim is None:
+        return
+    emb_size = getattr(table, "emb_size", None)
+    if dim != emb_size:
+        log_once("sparse_lookup:dim-differs", f"sparse_lookup: dim={dim!r} is unused, as in mxRec: the result has the "
+                 f"table's dim ({emb_size})", logging.WARNING)
+    else:
+        log_once("sparse_lookup:dim", "sparse_lookup: dim is unused, as in mxRec: the table's dim shapes the result")
 
 
 def _mode_timestamp(table, feature, is_train: bool):

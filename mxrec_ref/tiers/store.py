@@ -114,6 +114,9 @@ class TieredStore(Store):
         self._note_host(sent_back)
 
     # ----------------------------------------------------------- gradients
+    def _stores_behind(self) -> tuple:
+        return (self._inner,)                  # OPT-10: the store behind updates with this apply's optimizer
+
     def _apply(self, keys, grads, mask, step) -> int:
         return self._apply_tiered(keys, mask, lambda: self._inner._apply(keys, grads, mask, step))
 

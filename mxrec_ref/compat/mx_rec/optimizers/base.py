@@ -1,0 +1,1 @@
+from mxrec_ref.tf.optimizers.base import CustomizedOptimizer  # noqa: F401
