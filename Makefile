@@ -39,6 +39,8 @@ $(STAMP): setup.py pyproject.toml
 		|| $(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "setuptools>=77" wheel "Cython>=3,<4" "numpy>=2,<3"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	# tf-keras (TF-27) without its `tensorflow` requirement: tensorflow-cpu is the same modules (pyproject.toml)
+	$(PY) -m pip install -q --no-deps "tf-keras>=2.20,<2.22"
 	touch $@
 
 clean:

@@ -114,6 +114,10 @@ def _main(argv: list[str] | None = None) -> int:
             return 2
         if args.command == "run":
             args.tf1 = tf1.wanted(args.tf1, args.script)
+            missing = tf1.missing_tf_keras() if args.tf1 else None
+            if missing:
+                print(f"mxrec-ref run: {missing}", file=sys.stderr)
+                return 2
             if args.tf1:
                 tf1.prepare_environment()       # before TensorFlow's import: tf.layers from tf_keras
         if args.command in USES_TENSORFLOW or getattr(args, "script", None) and args.command == "plan":

@@ -167,3 +167,25 @@ def test_tf_26_verbose_says_why_the_mode_is_on(tmp_path):
     assert "TF1 mode: the script writes tf.Session, a TF 1.15 name (--no-tf1: off)" in result.stderr
     quiet = _run([str(script)], tmp_path)
     assert quiet.returncode == 0 and "TF1 mode" not in quiet.stderr
+
+
+def test_tf_27_without_tf_keras_the_mode_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    """tf-keras is installed without its `tensorflow` requirement on Linux x86-64 (pyproject.toml): where it is
+    missing, `run --tf1` says in one line how to install it, before TensorFlow is imported."""
+    import importlib.util
+
+    from mxrec_ref import cli
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "tf_keras" else real_find_spec(name, *args))
+    script = tmp_path / "s.py"
+    script.write_text("print('ran')\n")
+    assert cli.main(["run", "--tf1", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        'mxrec-ref run: TF1 mode needs the tf_keras package (tf.layers are Keras 2\'s): '
+        'pip install --no-deps "tf-keras>=2.20,<2.22"']
+    assert tf1.missing_tf_keras() is not None
+    monkeypatch.undo()
+    assert tf1.missing_tf_keras() is None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -59,6 +60,14 @@ def wanted(flag: bool | None, script: str) -> bool:
     if name is not None:    # shown with --verbose: why the mode is on
         logging.getLogger("mxrec_ref").info("TF1 mode: the script writes %s, a TF 1.15 name (--no-tf1: off)", name)
     return name is not None
+
+
+def missing_tf_keras() -> str | None:
+    """The one line saying how to install tf_keras when it is missing, else None."""
+    if importlib.util.find_spec("tf_keras") is not None:
+        return None
+    # on Linux x86-64 tf-keras's own requirement would install TensorFlow's GPU build (pyproject.toml)
+    return 'TF1 mode needs the tf_keras package (tf.layers are Keras 2\'s): pip install --no-deps "tf-keras>=2.20,<2.22"'
 
 
 def prepare_environment() -> None:
