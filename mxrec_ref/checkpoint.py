@@ -40,6 +40,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -137,7 +138,7 @@ def check_delta_target(directory, previous, table: str) -> None:
                 f"(nothing was written)")
         seen.add(folder)
         try:
-            meta = json.loads(Path(folder, table, "meta.json").read_text())
+            meta = json.loads(read_regular(Path(folder, table, "meta.json")))
         except (OSError, ValueError):
             return
         if not isinstance(meta, dict) or meta.get("kind") != "delta" or not isinstance(meta.get("previous"), str):
@@ -369,10 +370,48 @@ def _read_verified_files(fd: int, folder: Path, table: str) -> dict[str, np.ndar
     return files
 
 
+class NotRegularFile(OSError):
+    """A checkpoint path names a FIFO, device, socket or folder where a file belongs (CKPT-13)."""
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+               (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _refuse_unless_regular(mode: int, name) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((word for test, word in _FILE_KINDS if test(mode)), "special file")
+        raise NotRegularFile(errno.EINVAL, f"not a regular file (a {kind})", str(name))
+
+
+def open_regular(name, dir_fd: int | None = None) -> int:
+    """A blocking read descriptor of the regular file ``name`` (under the folder ``dir_fd``).
+    Anything else raises NotRegularFile before a read could wait on it forever (CKPT-13): the
+    path is checked before the open, and the open itself is non-blocking (a FIFO's open waits
+    for a writer) and checked again (the path may have changed in between)."""
+    _refuse_unless_regular(os.stat(name, dir_fd=dir_fd).st_mode, name)
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        _refuse_unless_regular(os.fstat(fd).st_mode, name)
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path) -> bytes:
+    """The bytes of the regular file ``path``; NotRegularFile for anything else (CKPT-13)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
+
+
 def _read_at(fd: int, name: str) -> tuple[np.ndarray, int]:
     """The whole file ``name`` under the folder ``fd``, into writable memory (uint8, not
-    zero-filled first), and the CRC-32 of its bytes, taken piece by piece as they are read (CKPT-12)."""
-    file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+    zero-filled first), and the CRC-32 of its bytes, taken piece by piece as they are read (CKPT-12).
+    A FIFO, device or socket raises NotRegularFile (an OSError) before anything is read (CKPT-13)."""
+    file = open_regular(name, dir_fd=fd)
     try:
         size = os.fstat(file).st_size
         data = np.empty(size, dtype=np.uint8)
@@ -529,7 +568,7 @@ def delta_bases(directory) -> list[str]:
         folder = todo.pop()
         for table in list_tables(folder):
             try:
-                previous = json.loads(Path(folder, table, "meta.json").read_text()).get("previous")
+                previous = json.loads(read_regular(Path(folder, table, "meta.json"))).get("previous")
             except (OSError, ValueError, AttributeError):
                 continue
             if isinstance(previous, str) and previous:

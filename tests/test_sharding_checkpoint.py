@@ -366,3 +366,25 @@ def test_shard_11_ssd_owners_save_and_load_their_slices(scratch):
 
     assert on_disk > 0 and one.export().equals(saved)
     assert all(state.equals(saved) and disk > 0 for state, disk in on_ssd_ranks(3, load))
+
+
+def test_shard_11_a_fifo_in_place_of_a_data_file_is_refused_on_every_rank(backend, scratch):
+    """CKPT-13 on the sharded load, which streams the data files through its own readers."""
+    from mxrec_ref.conformance.test_checkpoint import load_or_hang
+    on_ranks(2, backend, lambda rank, store: (train(store, rank, 2, range(3)), store.save(scratch)))
+    fifo = scratch / "t" / "embedding" / "slice.data"
+    fifo.unlink()
+    os.mkfifo(fifo)
+
+    def load(rank, store):
+        store.lookup([rank + 100], step=0)
+        before = store.export()
+        try:
+            store.load(scratch)
+        except (CheckpointError, UsageError) as error:
+            return error, before.equals(store.export())
+
+    out = load_or_hang(lambda: on_ranks(2, backend, load), [fifo])["value"]
+    assert all(unchanged for _, unchanged in out)
+    assert isinstance(out[0][0], CheckpointError) and "embedding/slice.data" in str(out[0][0])
+    assert all("not a regular file (a FIFO)" in str(error) for error, _ in out)

@@ -199,8 +199,8 @@ def merge_slices(folder: Path, slices: list[Path], config, optimizer, *, root: P
 def _slice_meta(path: Path, table: str) -> dict:
     """A slice's meta.json with its manifest (under "manifest"); both written by this save."""
     try:
-        manifest = json.loads((path / ckpt.MANIFEST).read_bytes())["files"]
-        meta = json.loads((path / "meta.json").read_bytes())
+        manifest = json.loads(ckpt.read_regular(path / ckpt.MANIFEST))["files"]
+        meta = json.loads(ckpt.read_regular(path / "meta.json"))
     except (OSError, ValueError, KeyError) as error:
         raise CheckpointError(f"table {table!r}: checkpoint: slice {str(path)!r} cannot be read back for the "
                               f"merge ({error})") from None
@@ -295,7 +295,7 @@ class _Reader(_OpenFile):
     def open_path(cls, folder: Path, name: str, manifest: dict, dtype, shape, table: str) -> "_Reader":
         if name not in manifest:
             ckpt._corrupt(table, folder / name, "file is missing")
-        return cls(os.open(folder / name, os.O_RDONLY | os.O_CLOEXEC), folder / name, manifest[name], dtype,
+        return cls(ckpt.open_regular(folder / name), folder / name, manifest[name], dtype,
                    shape, table)
 
     def read(self, rows: int) -> np.ndarray:
@@ -397,9 +397,11 @@ class _FolderReader(_Reader):
         if name not in manifest:
             ckpt._corrupt(table, folder / name, "file is missing")
         try:
-            file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+            file = ckpt.open_regular(name, dir_fd=fd)
         except (FileNotFoundError, NotADirectoryError):
             raise ckpt._Vanished(name, "file listed in the manifest is missing") from None
+        except OSError as error:         # a FIFO or device (CKPT-13), or unreadable
+            ckpt._corrupt(table, folder / name, f"cannot be read ({error.strerror or error})")
         reader = cls(file, folder / name, manifest[name], dtype, shape, table)
         size = os.fstat(file).st_size
         if size != manifest[name].get("bytes"):
@@ -566,7 +568,7 @@ def _count_kept(fd: int, name: str, first_row: int, rows: int, shape: tuple, kee
     column is the key) ``keep`` selects; read with ``pread``, nothing checked (the main pass does)."""
     width = 8 * int(np.prod(shape, dtype=np.int64))
     try:
-        file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+        file = ckpt.open_regular(name, dir_fd=fd)
     except (FileNotFoundError, NotADirectoryError):
         raise ckpt._Vanished(name, "file listed in the manifest is missing") from None
     try:
