@@ -87,12 +87,22 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
         meta = table_meta(config, optimizer, len(state.keys), len(state.pending_keys), state.clock,
                           state.clock_source, root=root, previous=previous,
                           n_removed=None if previous is None else len(removed))
-        remove_stale_temporaries(root, table)
-        with _temporary_folder(root, table) as temporary:
+        target = table_target(root, table)
+        remove_stale_temporaries(target.parent, target.name)
+        with _temporary_folder(target.parent, target.name) as temporary:
             fault_point("begin")
             _write_files(temporary, optimizer, state, meta, removed if previous is not None else None)
-            _switch(temporary, root / table)
+            _switch(temporary, target)
     return str(root / table)
+
+
+def table_target(root: Path, table: str) -> Path:
+    """The folder a save of ``table`` under ``root`` replaces: ``root/table``, or -- where that is a
+    symlink -- the folder it points to, so the save lands there and the link stays (CKPT-14).  The
+    temporary folder is made beside the target: exchanging a symlink instead would leave the link
+    behind under the temporary name."""
+    final = root / table
+    return Path(os.path.realpath(final)) if final.is_symlink() else final
 
 
 def table_meta(config: TableConfig, optimizer: SparseOptimizer, n_keys: int, n_pending: int, clock, clock_source,

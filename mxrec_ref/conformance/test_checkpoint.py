@@ -497,3 +497,24 @@ def test_ckpt_13_a_folder_in_place_of_a_file_is_refused_naming_it(backend, tmp_p
     with pytest.raises(CheckpointError, match=r"table 't': .*embedding/slice.data.*not a regular file \(a folder\)"):
         fresh.load(tmp_path)
     assert_unchanged(fresh, before)
+
+
+@pytest.mark.parametrize("protocol", ["exchange", "rename"])
+def test_ckpt_14_a_save_over_a_symlinked_table_folder_writes_through_it_and_leaves_nothing(backend, tmp_path,
+                                                                                           protocol, monkeypatch):
+    """The table folder is a symlink to a folder elsewhere (another disk): the save lands in the folder
+    it points to, the link stays a link, and neither folder keeps a temporary entry."""
+    monkeypatch.setattr(checkpoint, "use_exchange", protocol == "exchange")
+    checkpoints, elsewhere = tmp_path / "ckpt", tmp_path / "disk2"
+    store = _trained(backend, thresholds=False)
+    store.save(checkpoints)
+    elsewhere.mkdir()
+    (checkpoints / "t").rename(elsewhere / "t-data")
+    (checkpoints / "t").symlink_to(elsewhere / "t-data")
+    store.lookup(keys(70, 71), step=9)
+    store.save(checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["t"] and (checkpoints / "t").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["t-data"]
+    fresh = _trained(backend, thresholds=False)
+    fresh.load(checkpoints)
+    assert fresh.export().differences(store.export()) == []

@@ -68,8 +68,9 @@ def save(store, directory, incremental: bool) -> str:
                 ckpt.check_delta_target(root, previous[0], name)
             with ckpt._io_errors(name, root):
                 root.mkdir(parents=True, exist_ok=True)
-                ckpt.remove_stale_temporaries(root, name)
-                temporary = stack.enter_context(ckpt._temporary_folder(root, name))
+                target = ckpt.table_target(root, name)       # a symlinked table folder: its target (CKPT-14)
+                ckpt.remove_stale_temporaries(target.parent, target.name)
+                temporary = stack.enter_context(ckpt._temporary_folder(target.parent, target.name))
                 (temporary / SLICES).mkdir()
             ckpt.fault_point("begin")
             return str(root), str(temporary)
@@ -96,7 +97,7 @@ def save(store, directory, incremental: bool) -> str:
             with ckpt._io_errors(name, root):
                 merge_slices(temporary, [temporary / SLICES / f"rank{r}" for r in range(comm.size)],
                              store.config, store.optimizer, root=root, previous=previous[0] if delta else None)
-                ckpt._switch(temporary, root / name)
+                ckpt._switch(temporary, ckpt.table_target(root, name))
             return str(root / name)
         path, error = None, None
         if rank == 0:
