@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from ..errors import UsageError
+from ..readers import STRING_KEY_BUCKETS       # the project's one string key function (KERAS-5, PLAN-13)
 from ..tf.keys import int64_keys
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
-STRING_KEY_BUCKETS = 2**63 - 1
 
 
 def string_keys(ids):
