@@ -88,7 +88,9 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
                           state.clock_source, root=root, previous=previous,
                           n_removed=None if previous is None else len(removed))
         target = table_target(root, table)
-        remove_stale_temporaries(target.parent, target.name)
+        remove_stale_temporaries(root, table)
+        if target != root / table:
+            remove_stale_temporaries(target.parent, target.name)
         with _temporary_folder(target.parent, target.name) as temporary:
             fault_point("begin")
             _write_files(temporary, optimizer, state, meta, removed if previous is not None else None)
@@ -102,7 +104,10 @@ def table_target(root: Path, table: str) -> Path:
     temporary folder is made beside the target: exchanging a symlink instead would leave the link
     behind under the temporary name."""
     final = root / table
-    return Path(os.path.realpath(final)) if final.is_symlink() else final
+    try:
+        return Path(os.path.realpath(final)) if final.is_symlink() else final
+    except OSError:           # e.g. a name too long: the save or load reports it on its own terms (CKPT-10)
+        return final
 
 
 def table_meta(config: TableConfig, optimizer: SparseOptimizer, n_keys: int, n_pending: int, clock, clock_source,
@@ -274,7 +279,9 @@ def _open_table_folder(root: Path, saved_name: str, table: str) -> tuple[int, Pa
     table's own, or the old version a fallback switch holds between its two
     renames (a concurrent save, or one killed there: CKPT-8)."""
     for _ in range(READ_ATTEMPTS):
-        for candidate in (root / saved_name, _interrupted_switch(root, saved_name)):
+        target = table_target(root, saved_name)      # a symlinked table's old version waits beside its target
+        for candidate in (root / saved_name, _interrupted_switch(root, saved_name),
+                          _interrupted_switch(target.parent, target.name) if target != root / saved_name else None):
             if candidate is None:
                 continue
             try:
@@ -721,7 +728,7 @@ def _temporary_folder(root: Path, table: str):
         yield temporary
     finally:
         try:
-            shutil.rmtree(temporary, ignore_errors=True)
+            _remove_entry(temporary)
             fault_point("remove old")
         finally:
             with _ACTIVE_LOCK:
@@ -739,11 +746,23 @@ def remove_stale_temporaries(root: Path, table: str) -> list[str]:
         with _ACTIVE_LOCK:
             busy = entry in _ACTIVE if pid == os.getpid() else _process_alive(pid)
         if not busy and not _is_only_copy(root, table, entry):
-            shutil.rmtree(root / entry, ignore_errors=True)
+            _remove_entry(root / entry)
             removed.append(entry)
     if removed:
         logger.info("table %r: removed stale temporary folders %s from %s", table, removed, root)
     return removed
+
+
+def _remove_entry(path: Path) -> None:
+    """Delete a temporary folder, or the symlink an earlier version's switch left under a temporary
+    name when the table folder was a symlink (CKPT-14); rmtree refuses symlinks."""
+    if path.is_symlink():
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _is_only_copy(root: Path, table: str, entry: str) -> bool:

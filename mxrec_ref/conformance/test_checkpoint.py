@@ -518,3 +518,24 @@ def test_ckpt_14_a_save_over_a_symlinked_table_folder_writes_through_it_and_leav
     fresh = _trained(backend, thresholds=False)
     fresh.load(checkpoints)
     assert fresh.export().differences(store.export()) == []
+
+
+def test_ckpt_14_a_symlinked_table_recovers_a_killed_switch_and_litter_of_earlier_saves(backend, tmp_path):
+    """Beside the link's target: the old version a two-rename switch killed between its renames left
+    there loads; the symlink an earlier version's save left under a temporary name is deleted."""
+    checkpoints, elsewhere = tmp_path / "ckpt", tmp_path / "disk2"
+    store = _trained(backend, thresholds=False)
+    store.save(checkpoints)
+    elsewhere.mkdir()
+    (checkpoints / "t").rename(elsewhere / "t-data")
+    (checkpoints / "t").symlink_to(elsewhere / "t-data")
+    dead = _dead_pid()
+    (checkpoints / f".t.writing-{dead}-0").symlink_to(elsewhere / "t-data")      # an earlier save's litter
+    (elsewhere / "t-data").rename(elsewhere / f".t-data.old-{dead}")             # killed between the renames
+    fresh = _trained(backend, thresholds=False)
+    fresh.load(checkpoints)
+    assert fresh.export().differences(store.export()) == []
+    store.save(checkpoints)                    # puts the table back; the .old folder was its only copy till now
+    store.save(checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["t"] and (checkpoints / "t").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["t-data"]

@@ -69,7 +69,9 @@ def save(store, directory, incremental: bool) -> str:
             with ckpt._io_errors(name, root):
                 root.mkdir(parents=True, exist_ok=True)
                 target = ckpt.table_target(root, name)       # a symlinked table folder: its target (CKPT-14)
-                ckpt.remove_stale_temporaries(target.parent, target.name)
+                ckpt.remove_stale_temporaries(root, name)
+                if target != root / name:
+                    ckpt.remove_stale_temporaries(target.parent, target.name)
                 temporary = stack.enter_context(ckpt._temporary_folder(target.parent, target.name))
                 (temporary / SLICES).mkdir()
             ckpt.fault_point("begin")
