@@ -58,8 +58,15 @@ def string_keys(texts) -> np.ndarray:
         return np.zeros(0, np.int64)
     import tensorflow as tf    # late: only text ids need TensorFlow
 
-    with tf.device("/cpu:0"):
-        return tf.strings.to_hash_bucket_fast(tf.constant(texts, tf.string), STRING_KEY_BUCKETS).numpy()
+    def keys():
+        return tf.strings.to_hash_bucket_fast(tf.constant(texts, tf.string), STRING_KEY_BUCKETS)
+
+    if tf.executing_eagerly():
+        return keys().numpy()
+    with tf.Graph().as_default() as graph:   # inside a graph (a TF1 script's, a test's): a graph of its own
+        keyed = keys()
+    with tf.compat.v1.Session(graph=graph) as session:
+        return session.run(keyed)
 
 
 class _Problem:

@@ -75,7 +75,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="hbm: fixed device table; dynamic: dynamic expansion; ddr/ssd: host/disk tiers")
     add("--data", default=d.data, help="'synthetic' (generated, Criteo-shaped), or what plan --data reads: a "
                                        "MovieLens folder, a Criteo .txt/.tsv, a .csv or a .tfrecord, with labels")
-    add("--rows", type=positive_int, default=d.rows, help="rows of the synthetic data set")
+    add("--rows", type=positive_int, default=d.rows, help="rows of the synthetic data set, or the first rows of "
+                                                          "a --data file read (PLAN-11)")
     add("--steps", type=positive_int, default=d.steps, help="training steps (global step to reach)")
     add("--batch-size", type=positive_int, default=d.batch_size, help="examples per training step")
     add("--dim", type=positive_int, default=d.dim, help="embedding dimension of the deep table")
@@ -115,7 +116,7 @@ def load_data(config: TrainConfig):
     if config.data == "synthetic":
         return datasets.synthetic_criteo(config.rows, seed=config.seed)
     flag = "train: --data"
-    return readers.training_dataset(readers.read(config.data, flag=flag), flag=flag)     # PLAN-10
+    return readers.training_dataset(readers.read(config.data, rows=config.rows, flag=flag), flag=flag)   # PLAN-10
 
 
 def _sparse_optimizer(config: TrainConfig):

@@ -76,6 +76,16 @@ def test_plan_10_train_on_the_shared_criteo_sample(tmp_path, capsys):
     assert sources.open_sample(str(CRITEO), None).rows == 900
 
 
+def test_plan_10_train_reads_the_first_rows_of_a_file_and_text_ids_inside_a_graph(files):
+    import tensorflow as tf
+
+    from mxrec_ref import train
+    assert len(train.load_data(train.TrainConfig(data=str(files["criteo"]), rows=10)).labels) == 10
+    eager = sources.open_sample(str(files["csv"]), None).columns["city"]
+    with tf.Graph().as_default():                  # as after a TF1 script: the hash runs in a graph of its own
+        assert np.array_equal(sources.open_sample(str(files["csv"]), None).columns["city"], eager)
+
+
 def test_plan_10_train_refuses_a_file_without_labels(tmp_path):
     from mxrec_ref import UsageError, train
     path = tmp_path / "ids.csv"
