@@ -40,6 +40,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -86,12 +87,27 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
         meta = table_meta(config, optimizer, len(state.keys), len(state.pending_keys), state.clock,
                           state.clock_source, root=root, previous=previous,
                           n_removed=None if previous is None else len(removed))
+        target = table_target(root, table)
         remove_stale_temporaries(root, table)
-        with _temporary_folder(root, table) as temporary:
+        if target != root / table:
+            remove_stale_temporaries(target.parent, target.name)
+        with _temporary_folder(target.parent, target.name) as temporary:
             fault_point("begin")
             _write_files(temporary, optimizer, state, meta, removed if previous is not None else None)
-            _switch(temporary, root / table)
+            _switch(temporary, target)
     return str(root / table)
+
+
+def table_target(root: Path, table: str) -> Path:
+    """The folder a save of ``table`` under ``root`` replaces: ``root/table``, or -- where that is a
+    symlink -- the folder it points to, so the save lands there and the link stays (CKPT-14).  The
+    temporary folder is made beside the target: exchanging a symlink instead would leave the link
+    behind under the temporary name."""
+    final = root / table
+    try:
+        return Path(os.path.realpath(final)) if final.is_symlink() else final
+    except OSError:           # e.g. a name too long: the save or load reports it on its own terms (CKPT-10)
+        return final
 
 
 def table_meta(config: TableConfig, optimizer: SparseOptimizer, n_keys: int, n_pending: int, clock, clock_source,
@@ -137,7 +153,7 @@ def check_delta_target(directory, previous, table: str) -> None:
                 f"(nothing was written)")
         seen.add(folder)
         try:
-            meta = json.loads(Path(folder, table, "meta.json").read_text())
+            meta = json.loads(read_regular(Path(folder, table, "meta.json")))
         except (OSError, ValueError):
             return
         if not isinstance(meta, dict) or meta.get("kind") != "delta" or not isinstance(meta.get("previous"), str):
@@ -263,7 +279,9 @@ def _open_table_folder(root: Path, saved_name: str, table: str) -> tuple[int, Pa
     table's own, or the old version a fallback switch holds between its two
     renames (a concurrent save, or one killed there: CKPT-8)."""
     for _ in range(READ_ATTEMPTS):
-        for candidate in (root / saved_name, _interrupted_switch(root, saved_name)):
+        target = table_target(root, saved_name)      # a symlinked table's old version waits beside its target
+        for candidate in (root / saved_name, _interrupted_switch(root, saved_name),
+                          _interrupted_switch(target.parent, target.name) if target != root / saved_name else None):
             if candidate is None:
                 continue
             try:
@@ -369,10 +387,48 @@ def _read_verified_files(fd: int, folder: Path, table: str) -> dict[str, np.ndar
     return files
 
 
+class NotRegularFile(OSError):
+    """A checkpoint path names a FIFO, device, socket or folder where a file belongs (CKPT-13)."""
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+               (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _refuse_unless_regular(mode: int, name) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((word for test, word in _FILE_KINDS if test(mode)), "special file")
+        raise NotRegularFile(errno.EINVAL, f"not a regular file (a {kind})", str(name))
+
+
+def open_regular(name, dir_fd: int | None = None) -> int:
+    """A blocking read descriptor of the regular file ``name`` (under the folder ``dir_fd``).
+    Anything else raises NotRegularFile before a read could wait on it forever (CKPT-13): the
+    path is checked before the open, and the open itself is non-blocking (a FIFO's open waits
+    for a writer) and checked again (the path may have changed in between)."""
+    _refuse_unless_regular(os.stat(name, dir_fd=dir_fd).st_mode, name)
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+    try:
+        _refuse_unless_regular(os.fstat(fd).st_mode, name)
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular(path) -> bytes:
+    """The bytes of the regular file ``path``; NotRegularFile for anything else (CKPT-13)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
+
+
 def _read_at(fd: int, name: str) -> tuple[np.ndarray, int]:
     """The whole file ``name`` under the folder ``fd``, into writable memory (uint8, not
-    zero-filled first), and the CRC-32 of its bytes, taken piece by piece as they are read (CKPT-12)."""
-    file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+    zero-filled first), and the CRC-32 of its bytes, taken piece by piece as they are read (CKPT-12).
+    A FIFO, device or socket raises NotRegularFile (an OSError) before anything is read (CKPT-13)."""
+    file = open_regular(name, dir_fd=fd)
     try:
         size = os.fstat(file).st_size
         data = np.empty(size, dtype=np.uint8)
@@ -529,7 +585,7 @@ def delta_bases(directory) -> list[str]:
         folder = todo.pop()
         for table in list_tables(folder):
             try:
-                previous = json.loads(Path(folder, table, "meta.json").read_text()).get("previous")
+                previous = json.loads(read_regular(Path(folder, table, "meta.json"))).get("previous")
             except (OSError, ValueError, AttributeError):
                 continue
             if isinstance(previous, str) and previous:
@@ -683,7 +739,7 @@ def _temporary_folder(root: Path, table: str):
         yield temporary
     finally:
         try:
-            shutil.rmtree(temporary, ignore_errors=True)
+            _remove_entry(temporary)
             fault_point("remove old")
         finally:
             with _ACTIVE_LOCK:
@@ -701,11 +757,23 @@ def remove_stale_temporaries(root: Path, table: str) -> list[str]:
         with _ACTIVE_LOCK:
             busy = entry in _ACTIVE if pid == os.getpid() else _process_alive(pid)
         if not busy and not _is_only_copy(root, table, entry):
-            shutil.rmtree(root / entry, ignore_errors=True)
+            _remove_entry(root / entry)
             removed.append(entry)
     if removed:
         logger.info("table %r: removed stale temporary folders %s from %s", table, removed, root)
     return removed
+
+
+def _remove_entry(path: Path) -> None:
+    """Delete a temporary folder, or the symlink an earlier version's switch left under a temporary
+    name when the table folder was a symlink (CKPT-14); rmtree refuses symlinks."""
+    if path.is_symlink():
+        try:
+            path.unlink()
+        except OSError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _is_only_copy(root: Path, table: str, entry: str) -> bool:

@@ -1,5 +1,6 @@
 """Data sets for the training job: the embedded synthetic Criteo-shaped click
-log (the default) and a loader for MovieLens-format ratings files.
+log (the default); real files (MovieLens, Criteo, CSV, TFRecord) are read by
+mxrec_ref/readers.py into the same ``Dataset``.
 
 The synthetic log has Criteo's shape: 26 categorical fields whose per-field
 cardinalities are the published Criteo Kaggle ones (facebookresearch/dlrm,
@@ -9,9 +10,7 @@ logistic model so the achievable AUC is known and training can approach it.
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -72,35 +71,3 @@ def zipf_ranks(rng: np.random.Generator, cardinality: int, n: int) -> np.ndarray
     cdf /= cdf[-1]
     return np.minimum(np.searchsorted(cdf, rng.random(n)), cardinality - 1)
 
-
-def movielens(folder, *, positive_rating: float = 4.0) -> Dataset:
-    """MovieLens ``ratings.csv`` (userId,movieId,rating,timestamp) as a click
-    log: label 1 when the rating is at least ``positive_rating``; fields user,
-    movie and the movie's first genre when ``movies.csv`` is present; sorted by
-    time so the split is a forward split."""
-    folder = Path(folder)
-    ratings = folder / "ratings.csv"
-    if not ratings.is_file():
-        raise FileNotFoundError(f"movielens: no ratings.csv in {str(folder)!r}")
-    genres = {}
-    if (folder / "movies.csv").is_file():
-        with open(folder / "movies.csv", newline="", encoding="utf-8") as f:
-            for row in csv.DictReader(f):
-                genres[int(row["movieId"])] = row["genres"].split("|")[0]
-    genre_ids = {g: i for i, g in enumerate(sorted(set(genres.values())))}
-    users, movies, genre, labels, stamps = [], [], [], [], []
-    with open(ratings, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            movie = int(row["movieId"])
-            users.append(int(row["userId"]))
-            movies.append(movie)
-            genre.append(genre_ids.get(genres.get(movie), len(genre_ids)))
-            labels.append(float(row["rating"]) >= positive_rating)
-            stamps.append(int(row["timestamp"]))
-    order = np.argsort(np.array(stamps), kind="stable")
-    fields = [np.array(users), np.array(movies), np.array(genre)]
-    categorical = np.stack([(np.int64(i) << FIELD_SHIFT) | f[order].astype(np.int64) for i, f in enumerate(fields)],
-                           axis=1)
-    n = len(order)
-    return Dataset("movielens", categorical, np.zeros((n, 0), np.float32),
-                   np.array(labels, np.float32)[order], np.array(stamps, np.int64)[order], ("user", "movie", "genre"))

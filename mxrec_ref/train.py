@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import data as datasets
+from . import readers
 from .backends import available_backends, unknown_backend_reason
 from .distributed import world
 from .errors import UsageError
@@ -30,7 +31,7 @@ STORAGE_MODES = ("hbm", "dynamic", "ddr", "ssd")
 class TrainConfig:
     backend: str = "fast"
     storage: str = "dynamic"
-    data: str = "synthetic"          # "synthetic" or a MovieLens folder
+    data: str = "synthetic"          # "synthetic" or a file or folder readers.read takes (what plan --data reads)
     rows: int = 300_000
     steps: int = 400
     batch_size: int = 512
@@ -73,8 +74,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="store backend: the Cython fast path or the pure-Python reference model")
     add("--storage", default=d.storage, choices=STORAGE_MODES,
         help="hbm: fixed device table; dynamic: dynamic expansion; ddr/ssd: host/disk tiers")
-    add("--data", default=d.data, help="'synthetic' (generated, Criteo-shaped) or a MovieLens folder with ratings.csv")
-    add("--rows", type=positive_int, default=d.rows, help="rows of the synthetic data set")
+    add("--data", default=d.data, help="'synthetic' (generated, Criteo-shaped), or what plan --data reads: a "
+                                       "MovieLens folder, a Criteo .txt/.tsv, a .csv or a .tfrecord, with labels")
+    add("--rows", type=positive_int, default=d.rows, help="rows of the synthetic data set, or the first rows of "
+                                                          "a --data file read (PLAN-11)")
     add("--steps", type=positive_int, default=d.steps, help="training steps (global step to reach)")
     add("--batch-size", type=positive_int, default=d.batch_size, help="examples per training step")
     add("--dim", type=positive_int, default=d.dim, help="embedding dimension of the deep table")
@@ -116,7 +119,8 @@ def config_from_args(args) -> TrainConfig:
 def load_data(config: TrainConfig):
     if config.data == "synthetic":
         return datasets.synthetic_criteo(config.rows, seed=config.seed)
-    return datasets.movielens(config.data)
+    flag = "train: --data"
+    return readers.training_dataset(readers.read(config.data, rows=config.rows, flag=flag), flag=flag)   # PLAN-10
 
 
 def _sparse_optimizer(config: TrainConfig):

@@ -142,8 +142,8 @@ def test_capacity_error_is_one_line_with_exit_2_and_the_cause_on_verbose(forked,
 def test_a_bad_data_path_is_one_line_with_exit_2(tmp_path, capsys):
     assert cli.main(["train", "--data", str(tmp_path / "nowhere"), *SMALL]) == 2
     err = capsys.readouterr().err
-    assert _lines(err) == [f"mxrec-ref train: movielens: no ratings.csv in {str(tmp_path / 'nowhere')!r} "
-                           f"(--verbose shows the cause)"]
+    assert _lines(err) == [f"mxrec-ref train: UsageError: train: --data: no file or folder "
+                           f"{str(tmp_path / 'nowhere')!r} (--verbose shows the cause)"]
 
 
 def _without_fast(monkeypatch):

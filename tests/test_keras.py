@@ -434,6 +434,39 @@ def test_keras_8_keras_files_round_trip_config_and_tables(trained, tmp_path):
     assert other_table.train_lookups_run == small_table.train_lookups_run
 
 
+@pytest.mark.parametrize("tamper", ["value", "checksum", "drop checksum", "negative"])
+def test_keras_8_a_weights_files_lookup_count_is_checked_before_the_table_changes(tmp_path, tamper):
+    """The count of training lookups becomes the table's step: in a Keras weights file (which has no
+    checksums of its own) it carries a CRC-32 bound to the table's manifest; a changed count, a
+    changed or missing checksum, or a negative count is a CheckpointError naming the table and the
+    entry (Keras passes on its message), and neither the table nor its count changes."""
+    import h5py
+    log = synthetic_click_log(256, seed=4)
+    model, table = click_model("k8t", access_threshold=2)
+    model.fit(log.keys, log.labels, batch_size=128, epochs=1, verbose=0)
+    path = tmp_path / "w.weights.h5"
+    model.save_weights(path)
+    with h5py.File(path, "r+") as file:
+        entries = []
+        file.visititems(lambda name, item: entries.append(name) if isinstance(item, h5py.Dataset) else None)
+        count = next(n for n in entries if n.endswith("train_lookups_run"))
+        crc = next((n for n in entries if n.endswith("train_lookups_run_crc32")), None)
+        if tamper == "value":
+            file[count][0] = 2**62
+        elif tamper == "checksum":
+            file[crc][0] = file[crc][0] ^ 1
+        elif tamper == "drop checksum":
+            del file[crc]
+        else:
+            file[count][0] = -5
+    other, other_table = click_model("k8t", access_threshold=2)
+    other_table.store.lookup(np.array([7, 7, 8]), step=0)
+    before, lookups = other_table.store.export(), other_table.train_lookups_run
+    with pytest.raises(ValueError, match=r"table 'k8t': checkpoint: Keras weights entry 'train_lookups_run'"):
+        other.load_weights(path)         # Keras re-raises the layer's CheckpointError as a ValueError
+    assert other_table.store.export().differences(before) == [] and other_table.train_lookups_run == lookups
+
+
 # ----------------------------------------------------------- KERAS-9, KERAS-10
 def tf1_model(tmp_path):
     """A TF1 graph with one table (train lookup + evaluation lookup with serving_default_value), trained 3 steps."""

@@ -366,3 +366,40 @@ def test_shard_11_ssd_owners_save_and_load_their_slices(scratch):
 
     assert on_disk > 0 and one.export().equals(saved)
     assert all(state.equals(saved) and disk > 0 for state, disk in on_ssd_ranks(3, load))
+
+
+def test_shard_11_a_fifo_in_place_of_a_data_file_is_refused_on_every_rank(backend, scratch):
+    """CKPT-13 on the sharded load, which streams the data files through its own readers."""
+    from mxrec_ref.conformance.test_checkpoint import load_or_hang
+    on_ranks(2, backend, lambda rank, store: (train(store, rank, 2, range(3)), store.save(scratch)))
+    fifo = scratch / "t" / "embedding" / "slice.data"
+    fifo.unlink()
+    os.mkfifo(fifo)
+
+    def load(rank, store):
+        store.lookup([rank + 100], step=0)
+        before = store.export()
+        try:
+            store.load(scratch)
+        except (CheckpointError, UsageError) as error:
+            return error, before.equals(store.export())
+
+    out = load_or_hang(lambda: on_ranks(2, backend, load), [fifo])["value"]
+    assert all(unchanged for _, unchanged in out)
+    assert isinstance(out[0][0], CheckpointError) and "embedding/slice.data" in str(out[0][0])
+    assert all("not a regular file (a FIFO)" in str(error) for error, _ in out)
+
+
+def test_shard_10_a_save_over_a_symlinked_table_folder_writes_through_it(backend, scratch):
+    """CKPT-14 on the sharded save: the merged table lands in the folder the link points to; no litter."""
+    checkpoints, elsewhere = scratch / "ckpt", scratch / "disk2"
+    on_ranks(2, backend, lambda rank, store: (train(store, rank, 2, range(2)), store.save(checkpoints)))
+    elsewhere.mkdir()
+    (checkpoints / "t").rename(elsewhere / "t-data")
+    (checkpoints / "t").symlink_to(elsewhere / "t-data")
+    saved = on_ranks(2, backend, lambda rank, store: (train(store, rank, 2, range(4)), store.save(checkpoints),
+                                                      store.export())[2])
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["t"] and (checkpoints / "t").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["t-data"]
+    loaded = on_ranks(2, backend, lambda rank, store: (store.load(checkpoints), store.export())[1])
+    assert all(a.equals(b) for a, b in zip(saved, loaded))

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from mxrec_ref import data as datasets
+from mxrec_ref import readers
+from mxrec_ref.errors import UsageError
 from mxrec_ref import train
 from mxrec_ref.metrics import auc, log_loss
 
@@ -32,15 +34,15 @@ def test_auc_and_log_loss():
 
 @pytest.mark.skipif(not MOVIELENS.is_dir(), reason="shared MovieLens sample not present")
 def test_movielens_loader_reads_the_shared_sample():
-    data = datasets.movielens(MOVIELENS)
+    data = readers.training_dataset(readers.read(MOVIELENS))
     assert data.categorical.shape == (100_836, 3)
     assert np.all(np.diff(data.timestamps) >= 0)
     assert 0.3 < data.labels.mean() < 0.7
 
 
 def test_movielens_loader_reports_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="ratings.csv"):
-        datasets.movielens(tmp_path)
+    with pytest.raises(UsageError, match="no ratings.csv"):
+        readers.read(tmp_path)
 
 
 def test_train_job_auc_rises_with_admission_eviction_and_checkpoints(backend, tmp_path):

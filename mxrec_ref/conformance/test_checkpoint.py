@@ -434,3 +434,108 @@ def test_ckpt_12_one_pass_parallel_io_writes_the_same_files_and_checksums(backen
     if backend == "fast":
         twin = _trained("ref", Adagrad())
         assert _files(twin.save(tmp_path / "ref")) == one
+
+
+def _fifo_in_place_of(path) -> None:
+    import os
+    path.unlink()
+    os.mkfifo(path)
+
+
+def load_or_hang(call, fifos, wait_s: float = 30.0):
+    """Run ``call`` (a load) on a thread; if it is still running after ``wait_s`` -- waiting on a
+    FIFO's open or read -- open each FIFO for writing and close it, which ends the wait, and fail:
+    a hang becomes a test failure instead of a stuck test run (CKPT-13)."""
+    import os
+    import threading
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as error:      # noqa: BLE001 - handed back to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(wait_s)
+    if thread.is_alive():
+        for fifo in fifos:
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        thread.join(wait_s)
+        pytest.fail(f"load waited on a FIFO for {wait_s} s instead of refusing it")
+    return outcome
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "meta.json", "embedding/slice.data", "key/slice.attribute"])
+def test_ckpt_13_a_fifo_in_place_of_a_file_is_refused_naming_it(backend, tmp_path, name):
+    store = _trained(backend, thresholds=False)
+    store.save(tmp_path)
+    fifo = tmp_path / "t" / name
+    _fifo_in_place_of(fifo)
+    fresh = _trained(backend, thresholds=False)
+    fresh.lookup(keys(90), step=5)
+    before = snapshot(fresh)
+    outcome = load_or_hang(lambda: fresh.load(tmp_path), [fifo])
+    error = outcome.get("error")
+    assert isinstance(error, CheckpointError), outcome
+    assert "table 't'" in str(error) and name in str(error) and "not a regular file (a FIFO)" in str(error)
+    assert_unchanged(fresh, before)
+
+
+def test_ckpt_13_a_folder_in_place_of_a_file_is_refused_naming_it(backend, tmp_path):
+    store = _trained(backend, thresholds=False)
+    store.save(tmp_path)
+    target = tmp_path / "t" / "embedding" / "slice.data"
+    target.unlink()
+    target.mkdir()
+    fresh = _trained(backend, thresholds=False)
+    before = snapshot(fresh)
+    with pytest.raises(CheckpointError, match=r"table 't': .*embedding/slice.data.*not a regular file \(a folder\)"):
+        fresh.load(tmp_path)
+    assert_unchanged(fresh, before)
+
+
+@pytest.mark.parametrize("protocol", ["exchange", "rename"])
+def test_ckpt_14_a_save_over_a_symlinked_table_folder_writes_through_it_and_leaves_nothing(backend, tmp_path,
+                                                                                           protocol, monkeypatch):
+    """The table folder is a symlink to a folder elsewhere (another disk): the save lands in the folder
+    it points to, the link stays a link, and neither folder keeps a temporary entry."""
+    monkeypatch.setattr(checkpoint, "use_exchange", protocol == "exchange")
+    checkpoints, elsewhere = tmp_path / "ckpt", tmp_path / "disk2"
+    store = _trained(backend, thresholds=False)
+    store.save(checkpoints)
+    elsewhere.mkdir()
+    (checkpoints / "t").rename(elsewhere / "t-data")
+    (checkpoints / "t").symlink_to(elsewhere / "t-data")
+    store.lookup(keys(70, 71), step=9)
+    store.save(checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["t"] and (checkpoints / "t").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["t-data"]
+    fresh = _trained(backend, thresholds=False)
+    fresh.load(checkpoints)
+    assert fresh.export().differences(store.export()) == []
+
+
+def test_ckpt_14_a_symlinked_table_recovers_a_killed_switch_and_litter_of_earlier_saves(backend, tmp_path):
+    """Beside the link's target: the old version a two-rename switch killed between its renames left
+    there loads; the symlink an earlier version's save left under a temporary name is deleted."""
+    checkpoints, elsewhere = tmp_path / "ckpt", tmp_path / "disk2"
+    store = _trained(backend, thresholds=False)
+    store.save(checkpoints)
+    elsewhere.mkdir()
+    (checkpoints / "t").rename(elsewhere / "t-data")
+    (checkpoints / "t").symlink_to(elsewhere / "t-data")
+    dead = _dead_pid()
+    (checkpoints / f".t.writing-{dead}-0").symlink_to(elsewhere / "t-data")      # an earlier save's litter
+    (elsewhere / "t-data").rename(elsewhere / f".t-data.old-{dead}")             # killed between the renames
+    fresh = _trained(backend, thresholds=False)
+    fresh.load(checkpoints)
+    assert fresh.export().differences(store.export()) == []
+    store.save(checkpoints)                    # puts the table back; the .old folder was its only copy till now
+    store.save(checkpoints)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["t"] and (checkpoints / "t").is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["t-data"]

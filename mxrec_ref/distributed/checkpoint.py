@@ -68,8 +68,11 @@ def save(store, directory, incremental: bool) -> str:
                 ckpt.check_delta_target(root, previous[0], name)
             with ckpt._io_errors(name, root):
                 root.mkdir(parents=True, exist_ok=True)
+                target = ckpt.table_target(root, name)       # a symlinked table folder: its target (CKPT-14)
                 ckpt.remove_stale_temporaries(root, name)
-                temporary = stack.enter_context(ckpt._temporary_folder(root, name))
+                if target != root / name:
+                    ckpt.remove_stale_temporaries(target.parent, target.name)
+                temporary = stack.enter_context(ckpt._temporary_folder(target.parent, target.name))
                 (temporary / SLICES).mkdir()
             ckpt.fault_point("begin")
             return str(root), str(temporary)
@@ -96,7 +99,7 @@ def save(store, directory, incremental: bool) -> str:
             with ckpt._io_errors(name, root):
                 merge_slices(temporary, [temporary / SLICES / f"rank{r}" for r in range(comm.size)],
                              store.config, store.optimizer, root=root, previous=previous[0] if delta else None)
-                ckpt._switch(temporary, root / name)
+                ckpt._switch(temporary, ckpt.table_target(root, name))
             return str(root / name)
         path, error = None, None
         if rank == 0:
@@ -199,8 +202,8 @@ def merge_slices(folder: Path, slices: list[Path], config, optimizer, *, root: P
 def _slice_meta(path: Path, table: str) -> dict:
     """A slice's meta.json with its manifest (under "manifest"); both written by this save."""
     try:
-        manifest = json.loads((path / ckpt.MANIFEST).read_bytes())["files"]
-        meta = json.loads((path / "meta.json").read_bytes())
+        manifest = json.loads(ckpt.read_regular(path / ckpt.MANIFEST))["files"]
+        meta = json.loads(ckpt.read_regular(path / "meta.json"))
     except (OSError, ValueError, KeyError) as error:
         raise CheckpointError(f"table {table!r}: checkpoint: slice {str(path)!r} cannot be read back for the "
                               f"merge ({error})") from None
@@ -295,7 +298,7 @@ class _Reader(_OpenFile):
     def open_path(cls, folder: Path, name: str, manifest: dict, dtype, shape, table: str) -> "_Reader":
         if name not in manifest:
             ckpt._corrupt(table, folder / name, "file is missing")
-        return cls(os.open(folder / name, os.O_RDONLY | os.O_CLOEXEC), folder / name, manifest[name], dtype,
+        return cls(ckpt.open_regular(folder / name), folder / name, manifest[name], dtype,
                    shape, table)
 
     def read(self, rows: int) -> np.ndarray:
@@ -397,9 +400,11 @@ class _FolderReader(_Reader):
         if name not in manifest:
             ckpt._corrupt(table, folder / name, "file is missing")
         try:
-            file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+            file = ckpt.open_regular(name, dir_fd=fd)
         except (FileNotFoundError, NotADirectoryError):
             raise ckpt._Vanished(name, "file listed in the manifest is missing") from None
+        except OSError as error:         # a FIFO or device (CKPT-13), or unreadable
+            ckpt._corrupt(table, folder / name, f"cannot be read ({error.strerror or error})")
         reader = cls(file, folder / name, manifest[name], dtype, shape, table)
         size = os.fstat(file).st_size
         if size != manifest[name].get("bytes"):
@@ -566,7 +571,7 @@ def _count_kept(fd: int, name: str, first_row: int, rows: int, shape: tuple, kee
     column is the key) ``keep`` selects; read with ``pread``, nothing checked (the main pass does)."""
     width = 8 * int(np.prod(shape, dtype=np.int64))
     try:
-        file = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)
+        file = ckpt.open_regular(name, dir_fd=fd)
     except (FileNotFoundError, NotADirectoryError):
         raise ckpt._Vanished(name, "file listed in the manifest is missing") from None
     try:

@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from ..errors import UsageError
+from ..readers import STRING_KEY_BUCKETS       # the project's one string key function (KERAS-5, PLAN-13)
+from ..tf.keys import int64_keys
 
 COMBINERS = (None, "sum", "mean", "sqrtn")
-STRING_KEY_BUCKETS = 2**63 - 1
 
 
 def string_keys(ids):
@@ -81,7 +82,7 @@ def _keys(table: str, values, key_dtype: str):
         return string_keys(values)
     if not values.dtype.is_integer:
         raise UsageError(f"table {table!r}: ids: must be integers or strings, got {values.dtype.name}")
-    return tf.cast(values, tf.int64)
+    return int64_keys(table, values)          # uint64 ids beyond int64 refused (LKP-7)
 
 
 def assemble(layout: Layout, rows, inverse, combiner, dim: int):

@@ -21,11 +21,13 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.saved_model import save_context   # no public API tells a SavedModel save from a checkpoint
 
-from ..errors import UsageError
+from ..checksum import crc32
+from ..errors import CheckpointError, UsageError
 
 PATHS = "table_files"          # tensor / entry names
 CONTENTS = "table_contents"
 LOOKUPS = "train_lookups_run"
+LOOKUPS_CRC = "train_lookups_run_crc32"     # Keras weights files only: TF checkpoints checksum every tensor
 
 
 class TableCheckpoint(tf.__internal__.tracking.Trackable):
@@ -89,14 +91,42 @@ class TableCheckpoint(tf.__internal__.tracking.Trackable):
     # ------------------------------------------------------ Keras weights
     def save_to_keras_store(self, store) -> None:
         paths, contents = self.files()
+        lookups = self._layer.train_lookups_run
         store[PATHS] = np.frombuffer(json.dumps(paths).encode(), dtype=np.uint8)
-        store[LOOKUPS] = np.asarray([self._layer.train_lookups_run], dtype=np.int64)
+        store[LOOKUPS] = np.asarray([lookups], dtype=np.int64)
+        store[LOOKUPS_CRC] = np.asarray([_lookups_crc(lookups, paths, contents)], dtype=np.int64)
         for index, content in enumerate(contents):
             store[f"file{index}"] = np.frombuffer(content, dtype=np.uint8)
 
     def load_from_keras_store(self, store) -> None:
         paths = json.loads(bytes(np.asarray(store[PATHS], dtype=np.uint8)).decode())
         contents = [bytes(np.asarray(store[f"file{index}"], dtype=np.uint8)) for index in range(len(paths))]
-        self.load_files(paths, contents, int(np.asarray(store[LOOKUPS])[0]))
+        self.load_files(paths, contents, self._checked_lookups(store, paths, contents))
+
+    def _checked_lookups(self, store, paths, contents) -> int:
+        """The count of training lookups of a Keras weights file, refused unless it is one non-negative
+        int64 whose CRC-32 (bound to the table's manifest) matches: the file format has no checksums of
+        its own, and the count becomes the table's step (KERAS-8)."""
+        where = f"table {self._layer.table_name!r}: checkpoint: Keras weights entry {LOOKUPS!r}"
+        saved = np.asarray(store[LOOKUPS])
+        if saved.shape != (1,) or saved.dtype != np.int64 or int(saved[0]) < 0:
+            raise CheckpointError(f"{where}: must be one non-negative int64, got {saved.dtype} {saved.tolist()}")
+        lookups = int(saved[0])
+        if LOOKUPS_CRC not in store:
+            raise CheckpointError(f"{where}: its checksum {LOOKUPS_CRC!r} is missing (written by an mxrec-ref "
+                                  f"version that did not check it; restore the model from a tf.train.Checkpoint, "
+                                  f"whose tensors TF checksums)")
+        crc = np.asarray(store[LOOKUPS_CRC])
+        if crc.shape != (1,) or int(crc[0]) != _lookups_crc(lookups, paths, contents):
+            raise CheckpointError(f"{where}: {lookups} does not match its checksum {LOOKUPS_CRC!r}: the file is "
+                                  f"corrupted")
+        return lookups
+
+
+def _lookups_crc(lookups: int, paths: list[str], contents: list[bytes]) -> int:
+    """CRC-32 of the count's 8 little-endian bytes, chained over the table's manifest (which holds
+    every file's checksum), so the count checks out only beside the table it was saved with."""
+    manifest = next((content for path, content in zip(paths, contents) if path.endswith("manifest.json")), b"")
+    return crc32(manifest, crc32(int(lookups).to_bytes(8, "little", signed=True)))
 
 

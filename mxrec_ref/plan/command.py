@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -49,6 +50,7 @@ def main(args) -> int:
     if args.backend not in available_backends():
         raise UsageError(f"plan: --backend: {unknown_backend_reason(args.backend)}")
     margin = recommend.check_margin(args.margin)
+    out = _output_folder(args.out)             # before the replay: an unwritable --out fails at once
     sample = sources.open_sample(args.data, args.source, args.rows)
     optimizer = tables.optimizer_named(args.optimizer)
     if args.script:
@@ -71,10 +73,12 @@ def main(args) -> int:
         print(report.dumps(document))
     else:
         report.print_table(plans)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "plan.json").write_text(report.dumps(document))
+    if out is not None:
+        try:
+            (out / "plan.json").write_text(report.dumps(document))
+        except OSError as error:
+            raise UsageError(f"plan: --out: cannot write {str(out / 'plan.json')!r}: {error.strerror or error}") \
+                from None
         try:
             from .plots import write_plots   # late: matplotlib (the [plot] extra) loads only for plots
         except ImportError as error:
@@ -83,6 +87,20 @@ def main(args) -> int:
         written = write_plots(plans, out)
         print(f"wrote {out / 'plan.json'} and {len(written)} plots to {out}", file=sys.stderr)
     return 0
+
+
+def _output_folder(path: str | None) -> Path | None:
+    """``--out`` made (with its parents) and checked writable, or UsageError naming the flag."""
+    if path is None:
+        return None
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"plan: --out: cannot make the folder {path!r}: {error.strerror or error}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UsageError(f"plan: --out: the folder {path!r} is not writable")
+    return out
 
 
 def _column_map(entries: list[str]) -> dict[str, list[str]]:

@@ -44,7 +44,11 @@ def from_config(path, optimizer) -> list[PlannedTable]:
     """A JSON file ``{"tables": [{TableConfig parameters..., "columns": [...]}]}``; ``initializer``
     is a dict of Initializer fields; ``columns`` defaults to the table's name."""
     try:
-        document = json.loads(Path(path).read_text())
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"plan: --config: cannot read {str(path)!r}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"plan: --config: {str(path)!r} is not UTF-8 text (byte {error.start + 1})") from None
     except json.JSONDecodeError as error:
         raise UsageError(f"plan: --config: {str(path)!r} is not JSON: {error}") from None
     entries = document.get("tables") if isinstance(document, dict) else None

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
+from .keys import int64_keys
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
 from .distributed import ordered_before
@@ -161,7 +162,7 @@ def _rewrite(graph, get_next, records, instance) -> None:
             name="mxrec_keys"))) if computed else {}
         # ids that are an iterator output themselves come straight from the element
         raw = [flat[r.ids.value_index] if r.ids.op is get_next else moved[r.ids.ref()] for r in records]
-        ids = [tf.reshape(tf.cast(t, tf.int64), [-1]) for t in raw]
+        ids = [tf.reshape(int64_keys(r.table.table_name, t), [-1]) for r, t in zip(records, raw)]   # LKP-7
         position = {id(r): i for i, r in enumerate(records)}
         merged = tuple(tf.concat([ids[position[id(r)]] for r in groups[k].records], axis=0) for k in order)
         sizes = tuple(tf.stack([tf.size(ids[position[id(r)]], out_type=tf.int64) for r in groups[k].records])

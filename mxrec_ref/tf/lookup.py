@@ -27,6 +27,7 @@ from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOC
 from .distributed import ordered
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
 from .graph_modifier import iterator_output_of, record_lookup
+from .keys import int64_keys
 from .table import NO_RESULT, SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
@@ -136,7 +137,7 @@ def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, mod
             raise TypeError(f"table {table.table_name!r}: ids: must be an integer tensor, got {feature.dtype.name}")
         if access_and_evict_config is not None:
             register_thresholds(get_feature_spec(table.table_name, access_and_evict_config))
-        merged = tf.reshape(tf.cast(feature, tf.int64), [-1])
+        merged = tf.reshape(int64_keys(table.table_name, feature), [-1])      # LKP-7
         segments, segment = [feature], 0
         timestamp = _mode_timestamp(table, feature, bool(is_train))
     else:
