@@ -14,7 +14,7 @@ curve trains the dynamic model under ``access_threshold`` x eviction (off; keys 
 the run's steps; keys unseen for a quarter of its data-time span) and puts the planner's replay
 (mxrec_ref/plan, the library behind ``mxrec-ref plan``) of each setting beside the measured rows.
 
-Run: ``python bench/quality.py [--profile quick|full] [--output-dir bench]`` (MXREC_BENCH_PROFILE picks the
+Run: ``python bench/quality.py [--profile quick|full] [--output-dir bench]`` (MXREC_QUALITY_PROFILE picks the
 profile when no flag does); ``make bench`` runs the quick profile through bench/test_quality_bench.py.
 Under ``mpirun -np 2`` ``--ranks-run`` trains the dynamic model sharded and prints its AUCs (rank 0).
 """
@@ -73,6 +73,14 @@ PROFILES = {
 }
 
 
+def profile_name() -> str:
+    """MXREC_QUALITY_PROFILE (quick or full); quick when unset, whatever MXREC_BENCH_PROFILE says."""
+    name = os.environ.get("MXREC_QUALITY_PROFILE", "quick")
+    if name not in PROFILES:
+        raise ValueError(f"quality: MXREC_QUALITY_PROFILE: {name!r} is not a profile ({', '.join(sorted(PROFILES))})")
+    return name
+
+
 # ------------------------------------------------------------------ data
 def with_cross(dataset: datasets.Dataset, first: int, second: int, name: str) -> datasets.Dataset:
     """``dataset`` plus a crossed field (each pair of ids of two fields is one id): a vocabulary with a tail."""
@@ -102,6 +110,22 @@ def split_by_user_time(dataset: datasets.Dataset, test_fraction: float) -> tuple
     return _rows(dataset, ~test), _rows(dataset, test)
 
 
+def criteo_sample(path: Path) -> datasets.Dataset:
+    """Criteo Kaggle rows (label, I1..I13, C1..C26, tab-separated) in file order; a missing id is id 0 of its
+    field (a value of its own), a dense value log1p(max(x, 0))."""
+    labels, dense, categorical = [], [], []
+    for line in path.read_text().splitlines():
+        cells = line.split("\t")
+        labels.append(float(cells[0]))
+        dense.append([np.log1p(max(float(c), 0.0)) if c else 0.0 for c in cells[1:14]])
+        categorical.append([(field << datasets.FIELD_SHIFT) | (int(c, 16) if c else 0)
+                            for field, c in enumerate(cells[14:40])])
+    n = len(labels)
+    return datasets.Dataset("criteo-sample", np.array(categorical, np.int64), np.array(dense, np.float32),
+                            np.array(labels, np.float32), np.arange(n, dtype=np.int64),
+                            tuple(f"C{i + 1}" for i in range(26)))
+
+
 def load(name: str, profile: Profile) -> tuple[datasets.Dataset, datasets.Dataset]:
     """(train, test), split by time: "movielens" (rating >= 4 is a click, user x genre crossed) or
     "synthetic" (the project's Criteo-shaped log)."""
@@ -109,10 +133,12 @@ def load(name: str, profile: Profile) -> tuple[datasets.Dataset, datasets.Datase
         return split_by_user_time(with_cross(datasets.movielens(MOVIELENS), 0, 2, "user_x_genre"), TEST_FRACTION)
     elif name == "synthetic":
         data = datasets.synthetic_criteo(profile.synthetic_rows, seed=0)
+    elif name == "criteo":         # the 900 Kaggle rows in shared/data: too few for a stable AUC (README)
+        data = criteo_sample(shared_data() / "criteo_kaggle_sample" / "dac_train_head900.txt")
     elif name == "tiny":           # the mutant test's data: seconds, not minutes
         data = datasets.synthetic_criteo(4_000, scale=1 / 4000, seed=0)
     else:
-        raise ValueError(f"quality: data: unknown data set {name!r} (movielens, synthetic, tiny)")
+        raise ValueError(f"quality: data: unknown data set {name!r} (movielens, synthetic, criteo, tiny)")
     return data.split(1 - TEST_FRACTION)
 
 
@@ -138,7 +164,7 @@ class Recipe:
 
 
 RECIPES = {"movielens": Recipe(128, 0.2, 0.003), "synthetic": Recipe(512, 0.05, 0.001),
-           "tiny": Recipe(256, 0.1, 0.003)}
+           "criteo": Recipe(32, 0.05, 0.001), "tiny": Recipe(256, 0.1, 0.003)}
 
 
 def trained_rows(train_data, batch_size: int):
@@ -243,8 +269,12 @@ def train_dynamic(run: Run, train_data, test_data, batch_size: int) -> dict:
 
     import mxrec_ref.tf as mx
 
+    from mxrec_ref.distributed import world
+
     vocabulary = len(np.unique(train_data.categorical))
     config = train_config(run, train_data, batch_size, vocabulary + vocabulary // 4)
+    # on N ranks (mpirun) each reads 1/N of every global batch (train.batches, SHARD-9): the same steps and rows
+    config = dataclasses.replace(config, batch_size=batch_size // world().size)
     if mx.is_initialized():
         mx.terminate_config_initializer()
     with _scratch(run.storage) as ssd:
@@ -352,6 +382,25 @@ def parity(profile: Profile, data_names=("synthetic", "movielens"), backend: str
             for mode in profile.parity_modes:
                 rows.append(measure(Run(name, "dynamic", storage=mode, backend=backend, seed=seed), split))
                 echo(_line(rows[-1]))
+    return rows
+
+
+def ranks_parity(profile: Profile, data_names=("synthetic", "movielens"), echo=print) -> list[dict]:
+    """Under ``mpirun -np N``: the dynamic model sharded over the ranks (HBM), and on rank 0 the static
+    model on the same global batches, per seed; rank 0 returns the rows, the others an empty list."""
+    from mxrec_ref.distributed import world
+
+    comm, rows = world(), []
+    for name in data_names:
+        split = load(name, profile)
+        for seed in profile.seeds:
+            dynamic = measure(Run(name, "dynamic", seed=seed), split)   # collective: every rank trains
+            if comm.rank == 0:
+                rows += [{**dynamic, "storage": f"hbm, {comm.size} ranks"},
+                         measure(Run(name, "static", seed=seed), split)]
+                echo(_line(rows[-2]))
+                echo(_line(rows[-1]))
+            comm.barrier()
     return rows
 
 
@@ -486,19 +535,19 @@ def plot(summary: dict, output: Path) -> Path:
     return output
 
 
-def run_profile(profile_name: str, output_dir: Path | None, echo=print) -> dict:
-    profile = PROFILES[profile_name]
+def run_profile(name: str, output_dir: Path | None, echo=print) -> dict:
+    profile = PROFILES[name]
     parity_rows = parity(profile, echo=echo)
     curve_rows = curve(profile, echo=echo)
     summary = summarize(parity_rows, curve_rows)
-    result = {"profile": profile_name, "summary": summary, "runs": parity_rows + curve_rows,
+    result = {"profile": name, "summary": summary, "runs": parity_rows + curve_rows,
               "quality": quality_entries(summary)}
-    if output_dir is not None:
-        output_dir = Path(output_dir)
-        (output_dir / "quality.md").write_text(markdown(summary))
-        (output_dir / "quality.json").write_text(json.dumps(result, indent=1, sort_keys=True))
-        plot(summary, output_dir / "quality.png")
-        echo(f"wrote {output_dir / 'quality.md'}, quality.json and quality.png")
+    if output_dir is not None:       # quick: quality.{md,json,png}; full: quality-full.*
+        stem = Path(output_dir) / ("quality" if name == "quick" else f"quality-{name}")
+        stem.with_suffix(".md").write_text(markdown(summary))
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=1, sort_keys=True))
+        plot(summary, stem.with_suffix(".png"))
+        echo(f"wrote {stem}.md, .json and .png")
     echo(markdown(summary))
     return result
 
@@ -506,14 +555,20 @@ def run_profile(profile_name: str, output_dir: Path | None, echo=print) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", choices=sorted(PROFILES),
-                        default=os.environ.get("MXREC_BENCH_PROFILE", "quick").replace("full", "full"))
+                        default=profile_name())
     parser.add_argument("--output-dir", default=str(Path(__file__).parent))
-    parser.add_argument("--only", choices=["parity", "curve"], help="run one half (prints, writes nothing)")
-    parser.add_argument("--data", nargs="+", default=["synthetic", "movielens"])
+    parser.add_argument("--only", choices=["parity", "curve", "ranks"],
+                        help="run one part (prints, writes nothing); ranks: the parity under mpirun (rank 0 prints)")
+    parser.add_argument("--data", nargs="+", default=["synthetic", "movielens"], choices=sorted(RECIPES))
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
     if args.only == "parity":
         print(markdown(summarize(parity(profile, args.data), [])))
+        return 0
+    if args.only == "ranks":
+        rows = ranks_parity(profile, args.data)
+        if rows:
+            print(markdown(summarize(rows, [])))
         return 0
     if args.only == "curve":
         profile = dataclasses.replace(profile, curve_data=tuple(args.data))
