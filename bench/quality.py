@@ -436,6 +436,7 @@ def summarize(parity_rows: list[dict], curve_rows: list[dict]) -> dict:
         of = [r for r in parity_rows if r["data"] == name]
         static = [r for r in of if r["tables"] == "static"]
         entry = {"static_auc": _mean(static, "auc"), "static_log_loss": _mean(static, "log_loss"),
+                 "static_auc_by_seed": {r["seed"]: r["auc"] for r in static},
                  "band": _spread(static), "seeds": len(static), "modes": {}}
         for mode in sorted({r["storage"] for r in of if r["tables"] == "dynamic"}):
             runs = [r for r in of if r["tables"] == "dynamic" and r["storage"] == mode]
@@ -449,7 +450,8 @@ def summarize(parity_rows: list[dict], curve_rows: list[dict]) -> dict:
         of = [r for r in curve_rows if r["data"] == name]
         base = next(r for r in of if r["access_threshold"] == 1 and r["eviction"] == "off")
         for r in of:
-            summary["curve"].append({**{k: r[k] for k in ("data", "access_threshold", "eviction", "auc", "log_loss",
+            summary["curve"].append({**{k: r[k] for k in ("data", "seed", "access_threshold", "eviction", "auc",
+                                                           "log_loss",
                                                            "rows", "peak_rows", "planned_rows", "planned_peak_rows")},
                                      "auc_loss": base["auc"] - r["auc"],
                                      "fewer_rows": base["rows"] / max(1, r["rows"])})
@@ -517,11 +519,14 @@ def plot(summary: dict, output: Path) -> Path:
             for p in points:
                 panel.annotate(str(p["access_threshold"]), (p["rows"], p["auc"]), fontsize=7,
                                xytext=(3, 3), textcoords="offset points")
-        if name in summary["parity"]:
-            static = summary["parity"][name]["static_auc"]
+        seed = next((p["seed"] for p in summary["curve"] if p["data"] == name), 0)
+        static = summary["parity"].get(name, {}).get("static_auc_by_seed", {}).get(seed)
+        if static is not None:     # the static model of the curve's seed, and the noise band over seeds around it
             band = summary["parity"][name]["band"]
-            panel.axhline(static, color="grey", linestyle="--", linewidth=1, label="static tf.Variable tables")
-            panel.axhspan(static - band, static + band, color="grey", alpha=0.12)
+            panel.axhline(static, color="grey", linestyle="--", linewidth=1,
+                          label=f"static tf.Variable tables (seed {seed})")
+            panel.axhspan(static - band, static + band, color="grey", alpha=0.12,
+                          label=f"noise band over seeds ({band:.4f})")
         panel.set_xscale("log")
         panel.set_xlabel("rows held at the end (deep table)")
         panel.set_ylabel("test AUC")
@@ -544,12 +549,19 @@ def run_profile(name: str, output_dir: Path | None, echo=print) -> dict:
               "quality": quality_entries(summary)}
     if output_dir is not None:       # quick: quality.{md,json,png}; full: quality-full.*
         stem = Path(output_dir) / ("quality" if name == "quick" else f"quality-{name}")
-        stem.with_suffix(".md").write_text(markdown(summary))
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1, sort_keys=True))
-        plot(summary, stem.with_suffix(".png"))
+        report(result["runs"], stem)
         echo(f"wrote {stem}.md, .json and .png")
     echo(markdown(summary))
     return result
+
+
+def report(runs: list[dict], stem: Path) -> dict:
+    """The summary, table and plot of ``runs`` (the runs of a quality.json), written beside ``stem``."""
+    summary = summarize([r for r in runs if "planned_rows" not in r], [r for r in runs if "planned_rows" in r])
+    stem.with_suffix(".md").write_text(markdown(summary))
+    plot(summary, stem.with_suffix(".png"))
+    return summary
 
 
 def main(argv=None) -> int:
@@ -559,6 +571,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output-dir", default=str(Path(__file__).parent))
     parser.add_argument("--only", choices=["parity", "curve", "ranks"],
                         help="run one part (prints, writes nothing); ranks: the parity under mpirun (rank 0 prints)")
+    parser.add_argument("--replot", metavar="QUALITY_JSON", help="rewrite the table and plot of a quality.json's runs")
     parser.add_argument("--data", nargs="+", default=["synthetic", "movielens"], choices=sorted(RECIPES))
     args = parser.parse_args(argv)
     profile = PROFILES[args.profile]
@@ -573,6 +586,9 @@ def main(argv=None) -> int:
     if args.only == "curve":
         profile = dataclasses.replace(profile, curve_data=tuple(args.data))
         print(markdown(summarize([], curve(profile))))
+        return 0
+    if args.replot:
+        report(json.loads(Path(args.replot).read_text())["runs"], Path(args.replot).with_suffix(""))
         return 0
     run_profile(args.profile, Path(args.output_dir))
     return 0

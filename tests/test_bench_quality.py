@@ -131,3 +131,14 @@ def test_compare_catches_a_broken_optimizer_as_a_quality_regression(tmp_path, ca
     out = capsys.readouterr().out
     assert "REGRESSION quality tiny hbm: dynamic AUC" in out and "a quality regression" in out
     assert "REGRESSION quality tiny hbm: AUC dynamic - static" in out
+
+
+def test_the_committed_baseline_tracks_parity_and_the_curve():
+    """bench/baseline.json's quality entries (bench/quality.py's quick profile): each data set's dynamic AUC and
+    parity gap, and every curve point, each with a band of at least 0.002."""
+    entries = json.loads(benchmarks.BASELINE.read_text())["quality"]
+    for data in ("movielens", "synthetic"):
+        assert {f"quality {data} hbm: dynamic AUC", f"quality {data} hbm: AUC dynamic - static"} <= set(entries)
+        assert sum(name.startswith(f"quality {data} curve:") for name in entries) == 12
+    assert all(entry["band"] >= 0.002 and 0 < entry["value"] < 1 or "static" in name
+               for name, entry in entries.items())
