@@ -247,10 +247,10 @@ def train_static(run: Run, train_data, test_data, batch_size: int) -> dict:
         prob = tf.sigmoid(model(test_iterator.get_next()))
         with tf.compat.v1.Session() as session:
             session.run([tf.compat.v1.global_variables_initializer(), train_iterator.initializer])
-            for _ in range(config.steps):
-                session.run(train_op)
+            losses = [session.run([train_op, loss])[1] for _ in range(config.steps)]
             test_auc, test_loss = _evaluate(tf, session, prob, test_iterator.initializer, static_test)
-    return {"auc": test_auc, "log_loss": test_loss, "rows": len(vocabulary), "peak_rows": len(vocabulary)}
+    return {"auc": test_auc, "log_loss": test_loss, "rows": len(vocabulary), "peak_rows": len(vocabulary),
+            "train_losses": losses}
 
 
 def _deep_initializer(config: train.TrainConfig):
@@ -296,13 +296,12 @@ def train_dynamic(run: Run, train_data, test_data, batch_size: int) -> dict:
                 with tf.compat.v1.train.MonitoredTrainingSession(
                         checkpoint_dir=None, hooks=hooks, save_summaries_steps=None, save_summaries_secs=None,
                         log_step_count_steps=None) as session:
-                    for _ in range(config.steps):
-                        session.run(graph.train_op)
+                    losses = [session.run([graph.train_op, graph.loss])[1] for _ in range(config.steps)]
                     test_auc, test_loss = _evaluate(tf, session, prob, test_iterator.initializer, test_data)
                     held = graph.tables["deep"].store.stats()["size"]
         finally:
             mx.terminate_config_initializer()
-    return {"auc": test_auc, "log_loss": test_loss, "rows": held, "peak_rows": rows.peak}
+    return {"auc": test_auc, "log_loss": test_loss, "rows": held, "peak_rows": rows.peak, "train_losses": losses}
 
 
 class _scratch:
@@ -338,12 +337,18 @@ class _RowsHook(_rows_hook_base()):
         self.peak = max(self.peak, self.table.store.stats()["size"])
 
 
-def measure(run: Run, split) -> dict:
+def measure(run: Run, split, trace: list | None = None) -> dict:
+    """Train and evaluate ``run``; ``trace``, a list, receives the run's per-step training losses."""
     batch_size = RECIPES[run.data].batch_size
     started = time.perf_counter()
     train_data, test_data = split
     train_data = trained_rows(train_data, batch_size)
     result = (train_static if run.tables == "static" else train_dynamic)(run, train_data, test_data, batch_size)
+    losses = result.pop("train_losses")
+    # the first step whose training loss differs from the static model's shows where a parity gap starts
+    result["train_loss_last_100"] = float(np.mean(losses[-100:]))
+    if trace is not None:
+        trace.append(np.asarray(losses, np.float64))
     return {**dataclasses.asdict(run), **result, "seconds": time.perf_counter() - started}
 
 
