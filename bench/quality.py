@@ -92,9 +92,10 @@ def with_cross(dataset: datasets.Dataset, first: int, second: int, name: str) ->
                                field_names=(*dataset.field_names, name))
 
 
-def _rows(dataset: datasets.Dataset, mask: np.ndarray) -> datasets.Dataset:
-    return dataclasses.replace(dataset, categorical=dataset.categorical[mask], dense=dataset.dense[mask],
-                               labels=dataset.labels[mask], timestamps=dataset.timestamps[mask], best_scores=None)
+def _rows(dataset: datasets.Dataset, which) -> datasets.Dataset:
+    """The rows ``which`` (a boolean mask or a slice) of ``dataset``."""
+    return dataclasses.replace(dataset, categorical=dataset.categorical[which], dense=dataset.dense[which],
+                               labels=dataset.labels[which], timestamps=dataset.timestamps[which], best_scores=None)
 
 
 def split_by_user_time(dataset: datasets.Dataset, test_fraction: float) -> tuple:
@@ -169,9 +170,7 @@ RECIPES = {"movielens": Recipe(128, 0.2, 0.003), "synthetic": Recipe(512, 0.05, 
 
 def trained_rows(train_data, batch_size: int):
     """The rows one pass of whole batches reads (the last partial batch is not trained)."""
-    n = len(train_data.labels) // batch_size * batch_size
-    return dataclasses.replace(train_data, categorical=train_data.categorical[:n], dense=train_data.dense[:n],
-                               labels=train_data.labels[:n], timestamps=train_data.timestamps[:n], best_scores=None)
+    return _rows(train_data, slice(0, len(train_data.labels) // batch_size * batch_size))
 
 
 def train_config(run: Run, train_data, batch_size: int, vocabulary: int) -> train.TrainConfig:
