@@ -142,3 +142,26 @@ def test_the_committed_baseline_tracks_parity_and_the_curve():
         assert sum(name.startswith(f"quality {data} curve:") for name in entries) == 12
     assert all(entry["band"] >= 0.002 and 0 < entry["value"] < 1 or "static" in name
                for name, entry in entries.items())
+
+
+def test_the_training_graph_clocks_its_tables_by_data_time_or_by_steps():
+    """train.build_training_graph(data_time=False), the curve's step-clock eviction: no timestamp FeatureSpec,
+    so the tables' clock counts steps (EVI-1); by default the batches' timestamps drive it."""
+    tf = pytest.importorskip("tensorflow")
+    import mxrec_ref.tf as mx
+    from mxrec_ref import data, train
+
+    dataset = data.synthetic_criteo(512, scale=1 / 4000)
+    config = train.TrainConfig(backend="ref", storage="hbm", steps=1, batch_size=64, dim=4, progress=False)
+    timestamped = []
+    for data_time in (True, False):
+        if mx.is_initialized():
+            mx.terminate_config_initializer()
+        mx.init(backend="ref", use_dynamic_expansion=False)
+        try:
+            with tf.Graph().as_default():
+                graph = train.build_training_graph(tf, mx, config, dataset, data_time=data_time)
+                timestamped.append([spec.index_key for spec in graph.all_specs if spec.is_timestamp])
+        finally:
+            mx.terminate_config_initializer()
+    assert timestamped == [["timestamp"], []]
