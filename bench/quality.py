@@ -496,6 +496,8 @@ def markdown(summary: dict) -> str:
             lines.append(f"| {name} | {e['static_auc']:.4f} | {mode} | {m['auc']:.4f} | {m['gap']:+.4f} | "
                          f"{m['max_abs_gap']:.4f} | {e['static_log_loss']:.4f} | {m['log_loss']:.4f} | "
                          f"{e['band']:.4f} ({e['seeds']}) |")
+    if not summary["curve"]:
+        return "\n".join(lines) + "\n"
     lines += ["", "| data | access_threshold | eviction | test AUC | AUC loss | rows at end | planned | peak rows | "
               "planned peak | fewer rows |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for p in summary["curve"]:
