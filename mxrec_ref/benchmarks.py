@@ -71,6 +71,24 @@ def ratios(report: dict) -> list[dict]:
     return rows
 
 
+def quality(report: dict) -> dict:
+    """The quality entries of one pytest-benchmark JSON run: each benchmark's ``extra_info["quality"]``,
+    ``{name: {"value": v, "band": b}}`` (higher is better; ``band`` is the noise band measured over seeds,
+    bench/quality.py)."""
+    entries = {}
+    for bench in report["benchmarks"]:
+        entries.update(bench.get("extra_info", {}).get("quality", {}))
+    return entries
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the system has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
 def add_history_arguments(bench: argparse.ArgumentParser) -> None:
     """The repeat, history and trend options of `mxrec-ref bench`."""
     bench.add_argument("--repeat", type=_positive, default=1, metavar="N",
@@ -100,18 +118,25 @@ def run_suites(full: bool) -> dict:
     if not BENCH.is_dir():
         raise FileNotFoundError(f"no bench/ folder at {BENCH}: the benchmarks run from a source checkout")
     env = dict(os.environ, MXREC_BENCH_PROFILE="full" if full else "quick", TF_CPP_MIN_LOG_LEVEL="3")
+    loads = [load_average()]
     with tempfile.TemporaryDirectory() as scratch:
         raw = Path(scratch) / "raw.json"
         command = [sys.executable, "-m", "pytest", str(BENCH), "-q", "-p", "no:cacheprovider", "--benchmark-only",
                    "--benchmark-columns=min,median,rounds", f"--benchmark-json={raw}"]
         subprocess.run(command, env=env, check=True, cwd=REPO)
         report = json.loads(raw.read_text())
+    loads.append(load_average())
     rows = ratios(report)
     cpu = report.get("machine_info", {}).get("cpu", {})
+    known = [load for load in loads if load is not None]
     return {
         "profile": "full" if full else "quick",
         "machine": f"{cpu.get('brand_raw', '?')} ({cpu.get('count', '?')} CPUs)",
+        "cores": cpu.get("count") or os.cpu_count(),
+        # the load around the run (the larger of before and after): --compare judges no regression above the cores
+        "load_average": max(known) if known else None,
         "datetime": report.get("datetime"),
+        "quality": quality(report),
         "ratios": {f"{r['group']} | {r['versus']}": {"ratio": r["ratio"], "better": r.get("better", "higher"),
                                                       "fast_ms": r["candidate_ms"], "other_ms": r["other_ms"]}
                    for r in rows},
@@ -125,6 +150,7 @@ def median_of_runs(runs: list[dict]) -> dict:
         raise ValueError("bench: no runs to combine")
     if len(runs) == 1:                        # already one result (perhaps itself a median): as it is
         return {"repeat": 1, **runs[0]}
+    loads = [run["load_average"] for run in runs if run.get("load_average") is not None]
     first = runs[0]
     names = sorted({name for run in runs for name in run["ratios"]})
     ratios = {}
@@ -136,8 +162,14 @@ def median_of_runs(runs: list[dict]) -> dict:
         for key in ("fast_ms", "other_ms"):
             times = [e[key] for e in entries if e.get(key) is not None]
             ratios[name][key] = float(np.median(times)) if times else None
+    qualities = {}
+    for name in sorted({name for run in runs for name in run.get("quality", {})}):
+        entries = [run["quality"][name] for run in runs if name in run.get("quality", {})]
+        qualities[name] = {"value": float(np.median([e["value"] for e in entries])),
+                           "band": max(e["band"] for e in entries), "runs": [e["value"] for e in entries]}
     return {"profile": first.get("profile"), "machine": first.get("machine"), "datetime": first.get("datetime"),
-            "repeat": len(runs), "ratios": ratios}
+            "cores": first.get("cores"), "load_average": max(loads) if loads else None,
+            "repeat": len(runs), "ratios": ratios, "quality": qualities}
 
 
 def compare(result: dict, baseline: dict, margin: float) -> list[str]:
@@ -154,7 +186,33 @@ def compare(result: dict, baseline: dict, margin: float) -> list[str]:
             problems.append(f"{name}: {new:.2f} vs baseline {old:.2f} (more than {margin:.0%} worse)")
     for name in sorted(set(result["ratios"]) - set(baseline["ratios"])):
         problems.append(f"{name}: no baseline (regenerate bench/baseline.json; bench/README.md)")
+    return problems + compare_quality(result.get("quality", {}), baseline.get("quality", {}))
+
+
+def compare_quality(result: dict, baseline: dict) -> list[str]:
+    """Quality regressions: an entry (an AUC, or a parity gap) that fell below its baseline by more than
+    the baseline's noise band (the spread over seeds, bench/quality.py), or that this run lacks."""
+    problems = []
+    for name, entry in sorted(baseline.items()):
+        if name not in result:
+            problems.append(f"{name}: missing from this run")
+            continue
+        old, new, band = entry["value"], result[name]["value"], entry["band"]
+        if new < old - band:
+            problems.append(f"{name}: {new:.4f} vs baseline {old:.4f} (a drop of {old - new:.4f}, beyond the noise "
+                            f"band {band:.4f}): a quality regression")
+    for name in sorted(set(result) - set(baseline)):
+        problems.append(f"{name}: no baseline (regenerate bench/baseline.json; bench/README.md)")
     return problems
+
+
+def too_loaded(result: dict) -> str | None:
+    """Why this run cannot judge a regression (its load average exceeded its cores), or None."""
+    load, cores = result.get("load_average"), result.get("cores")
+    if load is None or not cores or load <= cores:
+        return None
+    return (f"load average {load:.1f} over the machine's {cores} cores during the run ({result.get('machine')}): "
+            f"timings are not comparable, so no regression is called; rerun on a quieter machine")
 
 
 def print_result(result: dict, width: int | None = None) -> None:
@@ -170,7 +228,7 @@ def print_result(result: dict, width: int | None = None) -> None:
         rows.append((name, f"{entry['ratio']:8.2f}   {extent}{times}".rstrip()))
     numbers = f"{'ratio':>8}   {'runs (min-max)   ' if spread else ''}fast ms / other ms"
     name_width = max([len("measure")] + [len(name) for name, _ in rows])
-    if name_width + 1 + max(len(numbers), *(len(n) for _, n in rows)) <= width:
+    if name_width + 1 + max([len(numbers), *(len(n) for _, n in rows)]) <= width:
         print(f"{'measure':{name_width}} {numbers}")
         for name, figures in rows:
             print(f"{name:{name_width}} {figures}")
@@ -179,6 +237,20 @@ def print_result(result: dict, width: int | None = None) -> None:
     for name, figures in rows:
         print(name if len(name) <= width else name[:width - 1] + "…")
         print(f"    {figures}")
+
+
+def print_quality(entries: dict) -> None:
+    """The quality entries (bench/quality.py): value and noise band."""
+    if not entries:
+        return
+    width = max(len(name) for name in entries)
+    print(f"{'quality':{width}} {'value':>8} {'band':>7}")
+    for name, entry in sorted(entries.items()):
+        print(f"{name:{width}} {entry['value']:8.4f} {entry['band']:7.4f}")
+
+
+def _load_text(load) -> str:
+    return "unknown" if load is None else f"{load:.2f}"
 
 
 # ------------------------------------------------------------ history
@@ -198,7 +270,11 @@ def history_entry(result: dict, commit: str, dirty: bool) -> dict:
     """One line of the history: where and when the ratios were measured, and the ratios."""
     return {"commit": commit, "dirty": dirty, "date": result.get("datetime"), "machine": result.get("machine"),
             "profile": result.get("profile"), "repeat": result.get("repeat", 1),
-            "ratios": {name: entry["ratio"] for name, entry in sorted(result["ratios"].items())}}
+            "ratios": {name: entry["ratio"] for name, entry in sorted(result["ratios"].items())},
+            # recorded when the run measured them (older runs, and ratio files, may lack them)
+            **{key: result[key] for key in ("load_average", "cores") if result.get(key) is not None},
+            **({"quality": {name: e["value"] for name, e in sorted(result["quality"].items())}}
+               if result.get("quality") else {})}
 
 
 def append_history(path: Path, entry: dict) -> None:
@@ -372,6 +448,9 @@ def main(args) -> int:
                 return 1
     result = median_of_runs(runs)
     print_result(result)
+    print_quality(result.get("quality", {}))
+    print(f"machine: {result.get('machine')}; load average {_load_text(result.get('load_average'))} on "
+          f"{result.get('cores') or '?'} cores")
     if not args.from_json or args.output:
         output = Path(args.output or "bench-ratios.json")
         output.write_text(json.dumps(result, indent=1, sort_keys=True))
@@ -382,11 +461,16 @@ def main(args) -> int:
     if args.compare:
         baseline = json.loads(Path(args.baseline or BASELINE).read_text())
         problems = compare(result, baseline, args.margin)
+        busy = too_loaded(result)
         for line in problems:
-            print(f"REGRESSION {line}")
+            print(f"{'NOT JUDGED' if busy else 'REGRESSION'} {line}")
         checked = len(set(result["ratios"]) & set(baseline["ratios"]))
-        print(f"{checked - sum(': no baseline' not in p and ': missing' not in p for p in problems)} of {checked} "
-              f"ratios within {args.margin:.0%} of the baseline; {len(problems)} problems")
+        ratio_problems = [p for p in problems if not p.startswith("quality ")]
+        print(f"{checked - sum(': no baseline' not in p and ': missing' not in p for p in ratio_problems)} of "
+              f"{checked} ratios within {args.margin:.0%} of the baseline; {len(problems)} problems")
+        if busy:
+            print(f"mxrec-ref bench: {busy}")
+            return 3 if problems else 0
         return 1 if problems else 0
     return 0
 

@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "`make demo`)"))
     bench = command("bench", "run the benchmarks (from a source checkout) and report ratios measured in one run")
     bench.add_argument("--full", action="store_true", help="1M-key tables (default: the quick profile, 10x smaller)")
-    bench.add_argument("--compare", action="store_true", help="exit 1 when a ratio regresses past --margin")
+    bench.add_argument("--compare", action="store_true", help="exit 1 when a ratio regresses past --margin or a "
+                       "quality entry drops beyond its noise band; 3 when the load exceeded the cores (not judged)")
     bench.add_argument("--baseline", help="baseline JSON (default: bench/baseline.json)")
     bench.add_argument("--margin", type=float, default=0.30, help="how much worse than the baseline a ratio may be")
     bench.add_argument("--output", help="where to write the ratios JSON (default: bench-ratios.json; with --trend "

@@ -295,9 +295,10 @@ class Graph:
     evicting: bool
 
 
-def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
+def build_training_graph(tf, mx, config: TrainConfig, data, *, data_time: bool = True) -> Graph:
     """Tables, feature specs, input pipeline, Wide&Deep model and both optimizers,
-    in the default graph (mxRec's script structure)."""
+    in the default graph (mxRec's script structure).  ``data_time``: the batches' timestamps
+    drive the tables' clock (a timestamp FeatureSpec); False: the clock counts steps (EVI-1)."""
     # the loss is each rank's mean: gradients divided by the rank count add up to the global mean's (SHARD-5)
     storage = dict(_storage(config), all2all_gradients_op="sum_gradients_and_div_by_ranksize")
     tables = {
@@ -312,7 +313,9 @@ def build_training_graph(tf, mx, config: TrainConfig, data) -> Graph:
                          eviction_threshold=config.eviction_threshold if evicting else None)
     specs = ([mx.FeatureSpec(f"wide_{f}", table_name="wide", index_key=f, **admission) for f in data.field_names],
              [mx.FeatureSpec(f"deep_{f}", table_name="deep", index_key=f, **admission) for f in data.field_names])
-    all_specs = specs[0] + specs[1] + [mx.FeatureSpec("timestamp", index_key="timestamp", is_timestamp=True)]
+    all_specs = specs[0] + specs[1]
+    if data_time:
+        all_specs.append(mx.FeatureSpec("timestamp", index_key="timestamp", is_timestamp=True))
     sparse_optimizer = _sparse_optimizer(config)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     batch = tf.compat.v1.data.make_one_shot_iterator(
