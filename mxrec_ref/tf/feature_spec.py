@@ -86,7 +86,7 @@ def bind_waiting_specs(table) -> None:
     graph = tf.compat.v1.get_default_graph()
     waiting = [(is_training, group) for g, is_training, group in pending.get(table.table_name, []) if g() is graph]
     for is_training, group in waiting:
-        for spec in group:        # every threshold checked before any is set
+        for spec in group:        # thresholds first: a conflict (TF-5) raises before any spec is bound
             if spec.access_threshold is not None:
                 table.set_admission(*_thresholds(spec), f"FeatureSpec {spec.name!r}")
     pending.pop(table.table_name, None)
