@@ -95,7 +95,8 @@ def get_model_fn(args, feature_specs):
             embeddings.append(tf.reshape(emb, [-1, DIM]))
         x = tf.concat(embeddings, axis=1)
         with tf.compat.v1.variable_scope("mlp"):
-            w1 = tf.compat.v1.get_variable("w1", [2 * DIM, 16], initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+            w1 = tf.compat.v1.get_variable("w1", [2 * DIM, 16],
+                                           initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
             w2 = tf.compat.v1.get_variable("w2", [16, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=3))
             logit = tf.reshape(tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2), [-1])
         prob = tf.sigmoid(logit)
@@ -152,7 +153,8 @@ def main():
         probabilities = np.array([p["probability"] for p in est.predict(predict_input_fn, hooks=graph_hooks(args))])
         expected = np.load(predictions_path)
         same = bool(np.array_equal(probabilities, expected))
-        print(f"PREDICTED mode={args.use_mode} storage={args.storage} checkpoint={os.path.basename(est.latest_checkpoint())} "
+        checkpoint = os.path.basename(est.latest_checkpoint())
+        print(f"PREDICTED mode={args.use_mode} storage={args.storage} checkpoint={checkpoint} "
               f"predictions={len(probabilities)} same_as_train_phase={same}")
         if not same:
             raise SystemExit("the predict process did not reproduce the train phase's predictions")

@@ -39,7 +39,8 @@ def input_fn_for(mode_name: str, seed=0, rows=128, epochs=1):
         features, label = data(seed, rows)
         dataset = tf.data.Dataset.from_tensor_slices((features, label)).repeat(epochs).batch(BATCH)
         if mode_name == "feature_spec":
-            insert = mx.get_asc_insert_func(tgt_key_specs=[feature_spec()], is_training=mode == estimator.ModeKeys.TRAIN)
+            insert = mx.get_asc_insert_func(tgt_key_specs=[feature_spec()],
+                                            is_training=mode == estimator.ModeKeys.TRAIN)
             dataset = dataset.map(lambda f, y: (insert(f), y))
         return dataset
     return input_fn

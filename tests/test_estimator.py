@@ -141,6 +141,8 @@ def test_est_5_train_arguments_are_checked(tmp_path):
     est.train(estimator_model.input_fn_for("feature_spec"), max_steps=2)
     est.train(estimator_model.input_fn_for("feature_spec"), max_steps=2)      # reached: returns at once
     assert int(est.get_variable_value("global_step")) == 2
+    est.train(estimator_model.input_fn_for("feature_spec", rows=48))          # neither: until the data ends
+    assert int(est.get_variable_value("global_step")) == 2 + 48 // estimator_model.BATCH
     with pytest.raises(ValueError, match="predict_keys"):
         next(est.predict(estimator_model.input_fn_for("feature_spec"), predict_keys=["nope"]))
 

@@ -131,3 +131,24 @@ def test_tf_25_a_table_that_never_appears_keeps_its_clear_error(backend):
                                              r"\(tables: \['item_table'\]\)"):
             mx.start_asc_pipeline()
         assert not mx.ConfigInitializer.get_instance().frozen
+
+
+def test_tf_25_the_estimator_raises_it_once_model_fn_has_run(tmp_path):
+    from mxrec_ref.tf import estimator
+
+    mx.init()
+    spec = mx.FeatureSpec("user_ids", table_name="user_table")
+
+    def input_fn():
+        data = {"user_ids": np.array([[1], [2]], np.int64)}
+        return tf.data.Dataset.from_tensor_slices(data).batch(2).map(mx.get_asc_insert_func(tgt_key_specs=[spec]))
+
+    def model_fn(features, mode):       # creates another table, never 'user_table'
+        table = mx.create_table(tf.int64, 2, "item_table", INIT, device_vocabulary_size=64)
+        return estimator.EstimatorSpec(mode, predictions=tf.reduce_sum(table.variable))
+
+    est = estimator.Estimator(model_fn, model_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"FeatureSpec 'user_ids': table_name: no table 'user_table' "
+                                         r"\(tables: \['item_table'\]\)"):
+        next(est.predict(input_fn))
+    assert mx.ConfigInitializer.get_instance().tables["item_table"].size() == 0

@@ -119,7 +119,7 @@ class ConfigInitializer:
         self.restore_model_version = kwargs.get("restore_model_version")
         self.tables: dict = {}                 # name -> SparseTable, in creation order
         self.feature_specs: list = []
-        self.pending_tables: dict = {}         # table name -> [(graph, is_training, specs)]: insert functions built first
+        self.pending_tables: dict = {}         # table name -> [(graph weakref, is_training, specs)]: insert functions built first
         self.train_params_config = TrainParamsConfig()
         self.modify_graph = False
         # mxRec's other sub-configurations, holding what exists here

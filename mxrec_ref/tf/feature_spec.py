@@ -9,6 +9,7 @@ lookups the model makes.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import tensorflow as tf
 
@@ -84,9 +85,9 @@ def bind_waiting_specs(table) -> None:
     functions built before it in the current graph (TF-24); entries of other graphs are dropped."""
     pending = ConfigInitializer.get_instance().pending_tables
     graph = tf.compat.v1.get_default_graph()
-    waiting = [(is_training, group) for g, is_training, group in pending.get(table.table_name, []) if g is graph]
+    waiting = [(is_training, group) for g, is_training, group in pending.get(table.table_name, []) if g() is graph]
     for is_training, group in waiting:
-        for spec in group:        # every threshold checked before any is set
+        for spec in group:        # thresholds first: a conflict (TF-5) raises before any spec is bound
             if spec.access_threshold is not None:
                 table.set_admission(*_thresholds(spec), f"FeatureSpec {spec.name!r}")
     pending.pop(table.table_name, None)
@@ -100,7 +101,7 @@ def check_tables_resolved() -> None:
     pending = ConfigInitializer.get_instance().pending_tables
     graph = tf.compat.v1.get_default_graph()
     for name in list(pending):
-        pending[name] = [entry for entry in pending[name] if entry[0] is graph]   # other graphs: gone
+        pending[name] = [entry for entry in pending[name] if entry[0]() is graph]   # other graphs: gone
         if not pending[name]:
             del pending[name]
     if pending:
@@ -150,7 +151,7 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
         if name in instance.tables:
             _bind_group(instance.tables[name], is_training, group)
         else:    # an Estimator calls input_fn before model_fn creates the tables: bound by create_table (TF-24)
-            instance.pending_tables.setdefault(name, []).append((graph, is_training, group))
+            instance.pending_tables.setdefault(name, []).append((weakref.ref(graph), is_training, group))
 
     def insert(batch):
         if not isinstance(batch, dict):

@@ -115,8 +115,9 @@ class Estimator:
                     keep_checkpoint_every_n_hours=self._config.keep_checkpoint_every_n_hours,
                     defer_build=True, save_relative_paths=True))
             all_hooks = [*input_hooks, *(hooks or ()), *spec.training_hooks,
-                         tf.compat.v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps),
                          tf.compat.v1.train.NanTensorHook(spec.loss)]
+            if steps is not None or max_steps is not None:    # neither: until input_fn's data ends
+                all_hooks.append(tf.compat.v1.train.StopAtStepHook(num_steps=steps, last_step=max_steps))
             if self._config.log_step_count_steps:
                 all_hooks.append(tf.compat.v1.train.LoggingTensorHook(
                     {"loss": spec.loss, "step": global_step}, every_n_iter=self._config.log_step_count_steps))
