@@ -7,12 +7,17 @@ imports it.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 from typing import Callable
 
 from . import hot
 from .config import TableConfig
 from .contract import InMemoryStore, Store
+from .distributed.comm import Communicator
+from .distributed.replicated import ReplicatedStore
+from .distributed.sharded import ShardedStore
 from .errors import UsageError
 from .optimizers import SparseOptimizer
 from .ref import RefStore
@@ -35,8 +40,20 @@ TIER_OPTIONS = ("ssd_folder_limit_bytes", "ssd_fault_hook")
 
 
 def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *, backend: str = "ref",
+               comm: Communicator | None = None, replicated: bool = False, divide_gradients: bool = False,
                hot_rows: int | None = None, **tier_options) -> Store:
     """A new, empty store for ``config`` on the named backend ("ref" or "fast").
+
+    ``comm``: the ranks' communicator (``mxrec_ref.distributed.comm.world()``
+    under ``mpirun``).  With more than one rank the store is this rank's
+    shard (keys ``key mod N``) behind a ``ShardedStore`` (SHARD-2), or with
+    ``replicated=True`` this rank's full replica behind a ``ReplicatedStore``
+    (SHARD-16); an SSD table's files then go to a ``rank<r>`` subfolder of
+    each ``ssd_data_path`` folder, so ranks sharing a host never write the
+    same file (TIER-9 refuses files that exist).  ``divide_gradients``: the
+    summed gradient of a key is divided by the rank count (mxRec's
+    ``sum_gradients_and_div_by_ranksize``).  With no ``comm`` or one rank,
+    the local store itself.
 
     ``hot_rows`` overrides the size of the hot block (spec/hot.md; 0 turns
     it off); only passed on when given, so a third-party factory need not
@@ -47,6 +64,26 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
     go to it: ``ssd_folder_limit_bytes`` (bytes of SSD files per
     ``ssd_data_path`` folder) and ``ssd_fault_hook`` (called before every
     disk write; raising OSError simulates a full disk)."""
+    several = comm is not None and comm.size > 1
+    local = _open_local(rank_config(config, comm) if several else config, optimizer, backend, hot_rows,
+                        tier_options)
+    if not several:
+        return local
+    kind = ReplicatedStore if replicated else ShardedStore
+    return kind(local, comm, divide_gradients=divide_gradients)
+
+
+def rank_config(config: TableConfig, comm: Communicator) -> TableConfig:
+    """A table's config for this rank's store: on several ranks an SSD table's files go to a
+    ``rank<r>`` subfolder of each ``ssd_data_path`` folder; otherwise the config itself."""
+    if comm.size == 1 or not getattr(config, "ssd_vocabulary_size", 0):
+        return config
+    return dataclasses.replace(config, ssd_data_path=tuple(os.path.join(folder, f"rank{comm.rank}")
+                                                           for folder in config.ssd_data_path))
+
+
+def _open_local(config, optimizer, backend: str, hot_rows: int | None, tier_options: dict) -> Store:
+    """This process's store: the backend's, behind the storage tiers for a table with a host tier."""
     if backend not in _BACKENDS:
         _load_builtin_backends()
     if backend not in _BACKENDS:

@@ -30,7 +30,10 @@ from .comm import Communicator, gather_rows, world
 from .hot_replica import HotReplica
 
 try:
-    from .. import _route      # the O(n) kernels (cext/_route.pyx); the numpy versions below are their oracle
+    # the O(n) kernels (cext/_route.pyx); the numpy versions below are their oracle.  Imported by its full
+    # name: the extension is no source module, and ``from .. import _route`` reads as importing the package
+    # (tests/test_import_graph.py), which imports backends, which builds sharded stores (open_store(comm=)).
+    import mxrec_ref._route as _route
 except ImportError:            # extension not built: numpy (sort-based) gives the same results
     _route = None
 

@@ -12,7 +12,6 @@ With one rank (no launcher) every function here is the identity and adds no op d
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import os
 import threading
 import weakref
@@ -21,9 +20,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import variables as tf_variables    # where Scaffold finds the initializer
 
+from .. import backends
 from ..distributed.comm import rank_order_sum, world
-from ..distributed.replicated import ReplicatedStore
-from ..distributed.sharded import ShardedStore
 from ..errors import ConfigError
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
 
@@ -81,25 +79,9 @@ def device_id() -> int:
     return comm.rank % max(1, getattr(comm, "local_size", 1))
 
 
-def sharded(store, all2all_gradients_op: str = "sum_gradients", is_dp: bool = False):
-    """A table's store as the TF layer uses it: on several ranks this rank's shard behind a ShardedStore
-    (SHARD-2), or for an ``is_dp`` table this rank's full replica behind a ReplicatedStore (SHARD-16);
-    the store itself on one rank."""
-    if world().size == 1:
-        return store
-    kind = ReplicatedStore if is_dp else ShardedStore
-    return kind(store, world(), divide_gradients=all2all_gradients_op == "sum_gradients_and_div_by_ranksize")
-
-
 def rank_config(config):
-    """A table's config for this rank's store: on several ranks an SSD table's files go to a
-    ``rank<r>`` subfolder of each ``ssd_data_path`` folder, so ranks sharing a host never write the same
-    file (TIER-9 refuses files that exist); otherwise the config itself."""
-    comm = world()
-    if comm.size == 1 or not config.ssd_vocabulary_size:
-        return config
-    return dataclasses.replace(config, ssd_data_path=tuple(os.path.join(folder, f"rank{comm.rank}")
-                                                           for folder in config.ssd_data_path))
+    """A table's config for this rank's store on the world's ranks (``backends.rank_config``, SHARD-14)."""
+    return backends.rank_config(config, world())
 
 
 def ordered(op, chain: str) -> None:
@@ -320,6 +302,34 @@ def _split(fused, like):
     return [tf.cast(tf.reshape(p, v.shape), v.dtype) for p, v in zip(parts, like)]
 
 
+def reduce_dense_gradients(grads_and_vars, op: str = "average") -> list:
+    """(gradient, variable) pairs with the dense gradients reduced over ranks in one fused buffer (SHARD-13):
+    summed in rank order (SHARD-7) and divided by the rank count (``op="average"``) or not ("sum").  The
+    tables' gradients (IndexedSlices of their proxy variables) pass through: their owners reduce them.
+    ``DistributedOptimizer`` and the Keras layer's ``fit`` under ``mpirun`` (KERAS-17) share it."""
+    pairs = list(grads_and_vars)
+    if world().size == 1:
+        return pairs
+    proxies = {v.ref() for v in tf.compat.v1.get_collection(ASCEND_GLOBAL_HASHTABLE_COLLECTION)}
+    dense = [i for i, (g, v) in enumerate(pairs)
+             if g is not None and not (isinstance(v, tf.Variable) and v.ref() in proxies)
+             and not _is_lookup_offset(v)]
+    if not dense:
+        return pairs
+    grads = [tf.convert_to_tensor(pairs[i][0]) for i in dense]   # IndexedSlices of a dense variable: densified
+    fused = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
+    scale = np.float32(1.0 / world().size) if op == "average" else np.float32(1.0)
+    reduced = tf.numpy_function(lambda v: (_reduce_sum(v) * scale).astype(np.float32), [fused], tf.float32,
+                                stateful=True, name="mxrec_dense_allreduce")
+    reduced.set_shape(fused.shape)
+    ordered(reduced, "train")
+    sizes = [tf.size(g) for g in grads]
+    parts = tf.split(reduced, sizes) if len(grads) > 1 else [reduced]
+    for i, g, part in zip(dense, grads, parts):
+        pairs[i] = (tf.reshape(tf.cast(part, g.dtype), tf.shape(g)), pairs[i][1])
+    return pairs
+
+
 class DistributedOptimizer:
     """SHARD-13: wraps a TF optimizer; the dense gradients of a step go through one fused buffer, summed
     over ranks in rank order (``MXREC_REF_DENSE_REDUCE=allreduce``: MPI_Allreduce) and divided by the rank
@@ -340,27 +350,7 @@ class DistributedOptimizer:
 
     def reduce(self, grads_and_vars):
         """(gradient, variable) pairs with the dense gradients reduced over ranks."""
-        pairs = list(grads_and_vars)
-        if world().size == 1:
-            return pairs
-        proxies = {v.ref() for v in tf.compat.v1.get_collection(ASCEND_GLOBAL_HASHTABLE_COLLECTION)}
-        dense = [i for i, (g, v) in enumerate(pairs)
-                 if g is not None and not (isinstance(v, tf.Variable) and v.ref() in proxies)
-                 and not _is_lookup_offset(v)]
-        if not dense:
-            return pairs
-        grads = [tf.convert_to_tensor(pairs[i][0]) for i in dense]   # IndexedSlices of a dense variable: densified
-        fused = tf.concat([tf.reshape(tf.cast(g, tf.float32), [-1]) for g in grads], axis=0)
-        scale = np.float32(1.0 / world().size) if self._op == "average" else np.float32(1.0)
-        reduced = tf.numpy_function(lambda v: (_reduce_sum(v) * scale).astype(np.float32), [fused], tf.float32,
-                                    stateful=True, name="mxrec_dense_allreduce")
-        reduced.set_shape(fused.shape)
-        ordered(reduced, "train")
-        sizes = [tf.size(g) for g in grads]
-        parts = tf.split(reduced, sizes) if len(grads) > 1 else [reduced]
-        for i, g, part in zip(dense, grads, parts):
-            pairs[i] = (tf.reshape(tf.cast(part, g.dtype), tf.shape(g)), pairs[i][1])
-        return pairs
+        return reduce_dense_gradients(grads_and_vars, self._op)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         return self._optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)

@@ -20,12 +20,12 @@ import numpy as np
 import tensorflow as tf
 
 from ..config import Initializer, TableConfig
+from ..distributed.comm import world
 from ..errors import MxrecError, UsageError
 from ..store import LookupResult, open_store
 from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
-from .distributed import rank_config, sharded
 from .feature_spec import bind_waiting_specs
 from .lookup_limit import count_lookup, lookups_in_graph
 
@@ -146,8 +146,9 @@ class SparseTable:
             if self._store is None:
                 instance = ConfigInitializer.get_instance()
                 self.config = self._frozen_config()
-                self._store = sharded(open_store(rank_config(self.config), store_optimizer, backend=instance.backend),
-                                      self.all2all_gradients_op, self.is_dp)
+                self._store = open_store(   # on several ranks: this rank's shard or replica (SHARD-2, SHARD-16)
+                    self.config, store_optimizer, backend=instance.backend, comm=world(), replicated=self.is_dp,
+                    divide_gradients=self.all2all_gradients_op == "sum_gradients_and_div_by_ranksize")
                 self.store_optimizer = store_optimizer
 
     def lookup_batch(self, ids, *, is_train: bool, step: int, timestamp=None, pad_to=None) -> tuple[LookupResult, int]:
