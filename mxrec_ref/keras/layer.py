@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from ..backends import available_backends, open_store
 from ..config import Initializer, TableConfig
+from ..distributed.comm import world
 from ..errors import ConfigError, UsageError
 from ..optimizers import SparseOptimizer, optimizer_from_description
 from ..tf.lookup_limit import count_lookup
@@ -91,8 +92,7 @@ class Embedding(keras.layers.Layer):
         self.backend = backend or ("fast" if "fast" in available_backends() else "ref")
         self.hot_rows = hot_rows
         self._table_fields = table_fields
-        self.store = open_store(self.config, optimizer, backend=self.backend,
-                                **({} if hot_rows is None else {"hot_rows": hot_rows}))
+        self.store = self._open_store(optimizer)
         self.follows_model = optimizer is None   # the table learns with the model's optimizer (KERAS-13)
         self.model_optimizer = None              # the Keras optimizer followed, bound by compile
         self.train_lookups_run = 0          # the step of a training lookup when the tape gives none (KERAS-3)
@@ -217,6 +217,13 @@ class Embedding(keras.layers.Layer):
                              f"{twin.kind}, whose slots differ; compile with the optimizer it trained with")
         return twin
 
+    def _open_store(self, optimizer):
+        """A new store for the table: under ``mpirun -np N`` this rank's shard (keys ``key mod N``) of
+        one table sharded over the ranks (KERAS-17); a key's gradient rows are summed over the ranks and
+        divided by N, as the dense gradients are (the mean loss of the ranks' batches together)."""
+        return open_store(self.config, optimizer, backend=self.backend, comm=world(), divide_gradients=True,
+                          **({} if self.hot_rows is None else {"hot_rows": self.hot_rows}))
+
     def follow_optimizer(self, keras_optimizer) -> None:
         """Learn with the sparse twin of ``keras_optimizer`` from now on (KERAS-13); ``compile`` of
         ``mxrec_ref.keras.Model`` calls it for every layer built without ``optimizer=``.  A table that has
@@ -224,8 +231,7 @@ class Embedding(keras.layers.Layer):
         hyper-parameters taking over."""
         twin = self.twin_for(keras_optimizer)
         if twin.kind != self.optimizer.kind:
-            self.store = open_store(self.config, twin, backend=self.backend,
-                                    **({} if self.hot_rows is None else {"hot_rows": self.hot_rows}))
+            self.store = self._open_store(twin)
             self.kept_results = KeptResults()
         else:
             self.store.set_optimizer(twin)

@@ -11,6 +11,7 @@ import keras
 import tensorflow as tf
 
 from ..errors import MxrecError, UsageError
+from ..tf.distributed import reduce_dense_gradients
 from .export import embedding_layers, export_saved_model
 from .layer import refuse_several_replicas
 from .tape import TableGradientTape
@@ -40,6 +41,9 @@ class TableTraining:
         trainable = self.trainable_weights
         gradients, _ = tape.gradient_and_apply(loss, trainable)
         if trainable:
+            # Under mpirun the ranks' dense gradients are averaged, summed in rank order (KERAS-17); the
+            # tables' own collectives ran in gradient_and_apply, before it in every rank's program order.
+            gradients = [g for g, _ in reduce_dense_gradients(zip(gradients, trainable))]
             self.optimizer.apply_gradients(zip(gradients, trainable))
         elif not tape.lookups:
             warnings.warn("The model does not have any trainable weights.")
