@@ -64,6 +64,26 @@ def run(backend: str, folder: Path) -> None:
              losses=np.array(losses.values), **{f"dense{i}": w for i, w in enumerate(model.get_weights())})
 
 
+def uneven(folder: Path) -> None:
+    """Rank r fits 2 + r steps, then reads the table: the ranks' calls differ and every rank fails clearly
+    (SHARD-22) instead of waiting; each writes what it raised to ``<folder>/uneven-<rank>.txt``."""
+    comm = world()
+    ids = (np.arange((2 + comm.rank) * 4 * 3).reshape(-1, 3) % 17).astype(np.int64)
+    inputs = keras.Input(shape=(3,), dtype="int64")
+    table = Embedding(4, optimizer=LazyAdam(learning_rate=0.05), name="uneven", backend="ref")
+    model = Model(inputs, keras.layers.Dense(1)(keras.layers.Flatten()(table(inputs))))
+    model.compile("adam", loss="mse")
+    try:
+        model.fit(ids, np.zeros(len(ids), np.float32), batch_size=4, verbose=0)
+        table.store.export()
+        outcome = "no error"
+    except Exception as error:    # noqa: BLE001 -- the test reads what each rank raised
+        outcome = f"{type(error).__name__}: {error}"
+    (folder / f"uneven-{comm.rank}.txt").write_text(outcome)
+
+
 if __name__ == "__main__":
     for name in sys.argv[2:]:
         run(name, Path(sys.argv[1]))
+    if world().size > 1:
+        uneven(Path(sys.argv[1]))

@@ -1,8 +1,8 @@
 """A Keras model with an ``Embedding`` table under a real ``mpirun -np 2`` (KERAS-17, SHARD-12): the table is
 sharded ``key mod 2`` and the dense gradients averaged in rank order, so two ranks on their halves of each batch
 end with the table, dense weights and losses of one process on the whole batch (within 1e-5), on both
-backends.  One launch of 2 ranks, 3 steps of a tiny model (tests/keras_mpi_child.py); skipped, with the reason,
-where there is no mpirun or mpi4py."""
+backends; ranks that run different step counts fail clearly.  One launch of 2 ranks, 3 steps of a tiny model
+(tests/keras_mpi_child.py); skipped, with the reason, where there is no mpirun or mpi4py."""
 from __future__ import annotations
 
 import os
@@ -42,3 +42,10 @@ def test_keras_17_two_ranks_train_like_one_process_on_the_whole_batch(tmp_path):
                 assert rank[name].shape == one[name].shape, (backend, name)
                 np.testing.assert_allclose(rank[name], one[name], rtol=0, atol=1e-5, err_msg=f"{backend} {name}")
         assert len(one["keys"]) > 2 and len(one["losses"]) == 3
+
+    # The same launch then had rank 1 fit one step more than rank 0, which read the table next: every rank
+    # fails (no hang), rank 0 with the error naming the table and each rank's call (SHARD-22).
+    first = (tmp_path / "uneven-0.txt").read_text()
+    assert first.startswith("UsageError") and "table 'uneven'" in first and "different collective calls" in first
+    assert "rank 1: training lookup" in first, first
+    assert "the ranks make different collective calls" in (tmp_path / "uneven-1.txt").read_text()  # inside TF's error
