@@ -64,6 +64,9 @@ def open_store(config: TableConfig, optimizer: SparseOptimizer | None = None, *,
     go to it: ``ssd_folder_limit_bytes`` (bytes of SSD files per
     ``ssd_data_path`` folder) and ``ssd_fault_hook`` (called before every
     disk write; raising OSError simulates a full disk)."""
+    if comm is not None and not isinstance(comm, Communicator):
+        raise UsageError(f"table {getattr(config, 'name', '?')!r}: comm: must be an mxrec_ref.distributed "
+                         f"Communicator (e.g. mxrec_ref.distributed.comm.world()), got {type(comm).__name__}")
     several = comm is not None and comm.size > 1
     local = _open_local(rank_config(config, comm) if several else config, optimizer, backend, hot_rows,
                         tier_options)

@@ -436,3 +436,20 @@ def test_shard_11_warm_start_merges_each_owners_slice(backend, tmp_path):
     one.warm_start(tmp_path, now=5)
     for loaded, state in sharded_run(3, backend, cfg, body, OPTIMIZERS["adagrad"]):
         assert loaded == len(saved.keys) and state.equals(one.export())
+
+
+def test_open_store_builds_a_ranks_stack(tmp_path):
+    """CON, SHARD-2, SHARD-14, SHARD-16: ``open_store(comm=)`` gives this rank's shard behind a ShardedStore,
+    or with ``replicated=True`` its replica; an SSD table's files go to a folder per rank; one rank (or no
+    comm) gives the store itself; a comm that is no Communicator is refused, naming the table."""
+    comm = VirtualWorld(2).communicators()[1]
+    store = open_store(config(), SGD(0.1), backend="ref", comm=comm, divide_gradients=True)
+    assert isinstance(store, ShardedStore) and store.rank == 1 and store.divide_gradients
+    replica = open_store(config(), SGD(0.1), backend="ref", comm=comm, replicated=True)
+    assert type(replica).__name__ == "ReplicatedStore"
+    assert not isinstance(open_store(config(), backend="ref", comm=SingleProcess()), ShardedStore)
+    ssd = TableConfig("s", dim=2, device_vocabulary_size=4, host_vocabulary_size=4, ssd_vocabulary_size=64,
+                      ssd_data_path=(str(tmp_path / "a"),))
+    assert open_store(ssd, backend="ref", comm=comm).local.config.ssd_data_path == (str(tmp_path / "a" / "rank1"),)
+    with pytest.raises(UsageError, match="table 't'.*comm: must be"):
+        open_store(config(), backend="ref", comm=2)
