@@ -99,7 +99,7 @@ FAILING_SCRIPT = """
     if failure == "disk":          # a tiny SSD folder limit: the first demotion to disk fails
         import mxrec_ref.tf.table as table_module
         opened = table_module.open_store
-        table_module.open_store = lambda c, o, backend: opened(c, o, backend=backend, ssd_folder_limit_bytes=64)
+        table_module.open_store = lambda c, o, **options: opened(c, o, **options, ssd_folder_limit_bytes=64)
     sizes = {"capacity": dict(device_vocabulary_size=300, host_vocabulary_size=1000),
              "gradient": dict(device_vocabulary_size=100000),
              "disk": dict(device_vocabulary_size=2100, host_vocabulary_size=2100, ssd_vocabulary_size=100000,
