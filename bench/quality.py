@@ -35,7 +35,6 @@ from mxrec_ref import data as datasets
 from mxrec_ref import train
 from mxrec_ref.config import TableConfig
 from mxrec_ref.initializers import initial_rows
-from mxrec_ref.metrics import auc, log_loss
 
 
 
@@ -193,18 +192,6 @@ def train_config(run: Run, train_data, batch_size: int, vocabulary: int) -> trai
                              progress=False)
 
 
-def _evaluate(tf, session, prob, initializer, test_data) -> tuple[float, float]:
-    session.run(initializer)
-    scores = []
-    while True:
-        try:
-            scores.append(session.run(prob))
-        except tf.errors.OutOfRangeError:
-            break
-    scores = np.concatenate(scores)
-    return auc(test_data.labels, scores), log_loss(test_data.labels, scores)
-
-
 def train_static(run: Run, train_data, test_data, batch_size: int) -> dict:
     """The model on tf.Variable tables (every training key a row, initial rows from the store's initializer)."""
     import tensorflow as tf
@@ -247,7 +234,8 @@ def train_static(run: Run, train_data, test_data, batch_size: int) -> dict:
         with tf.compat.v1.Session() as session:
             session.run([tf.compat.v1.global_variables_initializer(), train_iterator.initializer])
             losses = [session.run([train_op, loss])[1] for _ in range(config.steps)]
-            test_auc, test_loss = _evaluate(tf, session, prob, test_iterator.initializer, static_test)
+            test_auc, test_loss = train.held_out_auc_and_log_loss(tf, session, prob, test_iterator.initializer,
+                                                                  static_test.labels)
     return {"auc": test_auc, "log_loss": test_loss, "rows": len(vocabulary), "peak_rows": len(vocabulary),
             "train_losses": losses}
 
@@ -296,7 +284,8 @@ def train_dynamic(run: Run, train_data, test_data, batch_size: int) -> dict:
                         checkpoint_dir=None, hooks=hooks, save_summaries_steps=None, save_summaries_secs=None,
                         log_step_count_steps=None) as session:
                     losses = [session.run([graph.train_op, graph.loss])[1] for _ in range(config.steps)]
-                    test_auc, test_loss = _evaluate(tf, session, prob, test_iterator.initializer, test_data)
+                    test_auc, test_loss = train.held_out_auc_and_log_loss(tf, session, prob, test_iterator.initializer,
+                                                                          test_data.labels)
                     held = graph.tables["deep"].store.stats()["size"]
         finally:
             mx.terminate_config_initializer()

@@ -120,6 +120,25 @@ def _lines(path: Path, problem: _Problem):
                               f"of the line)", number) from None
 
 
+class _NumberedCsv:
+    """``csv.reader`` over a file's decoded lines (``_lines``) that knows the line of the row it gave last,
+    for the errors that name it (PLAN-12)."""
+
+    def __init__(self, path: Path, problem: _Problem):
+        self.line = 0
+        self._rows = csv.reader(self._text(_lines(path, problem)))
+
+    def _text(self, numbered):
+        for self.line, text in numbered:
+            yield text
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> list[str]:
+        return next(self._rows)
+
+
 def _first_line(path: Path, flag: str) -> str:
     for _, line in _lines(path, _Problem(flag, path)):
         return line
@@ -165,21 +184,13 @@ def csv_columns(path, *, rows: int | None = None, flag: str = "--data") -> Recor
     the clock) and ``label`` (numbers).  Every row has the header's number of fields."""
     path = Path(path)
     problem = _Problem(flag, path)
-    numbered = _lines(path, problem)
-    line_of = [0]
-
-    def text_lines():
-        for number, line in numbered:
-            line_of[0] = number
-            yield line
-
-    reader = csv.reader(text_lines())
+    reader = _NumberedCsv(path, problem)
     try:
         header = next(reader)
     except StopIteration:
         raise problem("is empty: a CSV needs a header line") from None
     except csv.Error as error:
-        raise problem(f"not CSV ({error})", line_of[0]) from None
+        raise problem(f"not CSV ({error})", reader.line) from None
     names = [n for n in header if n not in SKIPPED_COLUMNS]
     if not names:
         raise problem("no id columns (every column but 'label' and 'timestamp' is one)", 1)
@@ -198,8 +209,8 @@ def csv_columns(path, *, rows: int | None = None, flag: str = "--data") -> Recor
         except StopIteration:
             break
         except csv.Error as error:
-            raise problem(f"not CSV ({error})", line_of[0]) from None
-        line = line_of[0]
+            raise problem(f"not CSV ({error})", reader.line) from None
+        line = reader.line
         if not row:
             continue                                     # a blank line
         if len(row) != len(header):
@@ -380,15 +391,7 @@ def movielens(folder, *, rows: int | None = None, positive_rating: float = 4.0, 
 def _dict_rows(path: Path, required: tuple[str, ...], rows: int | None, flag: str):
     """(line, row dict) of a CSV with a header holding ``required``, at most ``rows`` rows."""
     problem = _Problem(flag, path)
-    numbered = _lines(path, problem)
-    line_of = [0]
-
-    def text_lines():
-        for number, line in numbered:
-            line_of[0] = number
-            yield line
-
-    reader = csv.reader(text_lines())
+    reader = _NumberedCsv(path, problem)
     header = next(reader, None)
     missing = [name for name in required if name not in (header or [])]
     if missing:
@@ -400,8 +403,8 @@ def _dict_rows(path: Path, required: tuple[str, ...], rows: int | None, flag: st
         if not row:
             continue
         if len(row) != len(header):
-            raise problem(f"{len(row)} fields, the header has {len(header)}", line_of[0])
-        yield line_of[0], dict(zip(header, row))
+            raise problem(f"{len(row)} fields, the header has {len(header)}", reader.line)
+        yield reader.line, dict(zip(header, row))
         count += 1
 
 

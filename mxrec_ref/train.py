@@ -295,6 +295,19 @@ class Graph:
     evicting: bool
 
 
+def held_out_auc_and_log_loss(tf, session, prob, initializer, labels) -> tuple[float, float]:
+    """AUC and log loss of ``prob`` over one pass of the test iterator that ``initializer`` restarts."""
+    session.run(initializer)
+    scores = []
+    while True:
+        try:
+            scores.append(session.run(prob))
+        except tf.errors.OutOfRangeError:
+            break
+    scores = np.concatenate(scores)
+    return auc(labels, scores), log_loss(labels, scores)
+
+
 def build_training_graph(tf, mx, config: TrainConfig, data, *, data_time: bool = True) -> Graph:
     """Tables, feature specs, input pipeline, Wide&Deep model and both optimizers,
     in the default graph (mxRec's script structure).  ``data_time``: the batches' timestamps
@@ -358,15 +371,7 @@ def _train(tf, mx, config, data, train_data, test_data, echo, named_checkpoint_d
         echo(f"the hidden model's own test AUC is {auc(test_data.labels, test_data.best_scores):.4f}")
 
     def evaluate(session):
-        session.run(eval_iterator.initializer)
-        scores = []
-        while True:
-            try:
-                scores.append(session.run(eval_prob))
-            except tf.errors.OutOfRangeError:
-                break
-        scores = np.concatenate(scores)
-        return auc(test_data.labels, scores), log_loss(test_data.labels, scores)
+        return held_out_auc_and_log_loss(tf, session, eval_prob, eval_iterator.initializer, test_data.labels)
 
     scalar_log = _scalar_log(config)
     history, losses = [], []
