@@ -107,6 +107,18 @@ OPTIMIZERS = {"lazy_adam": lambda rate: lazy_adam.create_hash_optimizer(learning
               "ftrl": lambda rate: ftrl.create_hash_optimizer(rate, l2_regularization_strength=0.01)}
 
 
+def _train_on_ids(train, step, optimizer, grads, ids):
+    """Run ``train`` on every batch of IDS; each step's learning rate (``optimizer._lr``) and table gradient."""
+    rates, fetched = [], []
+    with tf.compat.v1.Session() as session:
+        session.run(step.initializer)
+        for batch in IDS:
+            _, rate, grad = session.run([train, optimizer._lr, grads[0]], {ids: batch})
+            rates.append(rate)
+            fetched.append(grad)
+    return rates, fetched
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_tf_34_a_decaying_tensor_learning_rate_is_the_steps(backend, name):
     """exponential_decay on the global step: the table rows are those of applying each step's
@@ -115,13 +127,7 @@ def test_tf_34_a_decaying_tensor_learning_rate_is_the_steps(backend, name):
     tables, step, optimizer, ids, loss, sparse = _model(backend, OPTIMIZERS[name], schedule)
     grads = tf.gradients(loss, sparse)
     train = optimizer.apply_gradients(zip(grads, sparse), global_step=step)
-    rates, fetched = [], []
-    with tf.compat.v1.Session() as session:
-        session.run(step.initializer)
-        for batch in IDS:
-            _, rate, grad = session.run([train, optimizer._lr, grads[0]], {ids: batch})
-            rates.append(rate)
-            fetched.append(grad)
+    rates, fetched = _train_on_ids(train, step, optimizer, grads, ids)
     assert [float(r) for r in rates] == [float(np.float32(0.3 * 0.5 ** s)) for s in range(len(IDS))]
     store = tables["t"].store
     assert store.export().differences(_by_hand(store, backend, IDS, fetched, rates).export()) == []
@@ -157,13 +163,7 @@ def test_tf_34_a_loss_scale_wrapper_scales_the_stores_learning_rate(backend, nam
     assert isinstance(optimizer._lr, tf.Tensor)                       # 0.2 / 128, as a Tensor
     grads = wrapped.compute_gradients(loss, sparse)
     train = wrapped.apply_gradients(zip(grads, sparse), global_step=step)
-    rates, fetched = [], []
-    with tf.compat.v1.Session() as session:
-        session.run(step.initializer)
-        for batch in IDS:
-            _, rate, grad = session.run([train, optimizer._lr, grads[0]], {ids: batch})
-            rates.append(rate)
-            fetched.append(grad)
+    rates, fetched = _train_on_ids(train, step, optimizer, grads, ids)
     assert set(map(float, rates)) == {float(np.float32(0.2) / np.float32(128.0))}
     store = tables["t"].store
     assert store.export().differences(_by_hand(store, backend, IDS, fetched, rates).export()) == []
