@@ -83,7 +83,7 @@ class Timers:
                 (contract.Store, "apply_gradients", "apply callback (Store.apply_gradients)"),
                 (contract.Store, "_check_grads", "    argument checks: gradients"),
                 (contract.Store, "_check_finite", "    argument checks: finite"),
-                (contract, "_sum_duplicates", "    np.unique of the keys (_sum_duplicates)"),
+                (contract, "sum_duplicates", "    np.unique of the keys (sum_duplicates)"),
                 (store.FastStore, "_apply", "    FastStore._apply")):
             self.wrap(owner, name, label)
             self.seconds[label] = 0.0

@@ -146,7 +146,7 @@ class Store(ABC):
             mask = keys != PADDING_KEY
         grads = self._check_grads(grad_rows, len(keys))
         if not isinstance(result, LookupResult):
-            keys, grads, mask = _sum_duplicates(keys, grads, mask)
+            keys, grads, mask = sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock, self._applying_with(optimizer):
             self._log_changes(keys)
@@ -283,7 +283,7 @@ class Store(ABC):
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
-            self._check_fits(len(state.keys))
+            self.check_fits(len(state.keys))
             self._import_state(state)
             self._last_checkpoint = (directory, state)
             self._log_changes(ALL_KEYS)
@@ -315,7 +315,7 @@ class Store(ABC):
             with self._lock:
                 before = after.keys_after if after is not None else self._export().keys
             keys_after = np.union1d(before, loaded.keys)
-            self._check_fits(len(keys_after))
+            self.check_fits(len(keys_after))
         return WarmStartPlan(store_id=id(self), table=self.name, directory=directory, loaded=loaded, now=now,
                              keys_after=keys_after)
 
@@ -327,11 +327,19 @@ class Store(ABC):
         self._check_plan(plan)
         with self._lock:
             merged = merge_warm_start(self._export(), plan.loaded, self.config.admit_threshold, plan.now)
-            self._check_fits(len(merged.keys))
+            self.check_fits(len(merged.keys))
             self._import_state(merged)
             self._log_changes(ALL_KEYS)
         logger.info("table %r: warm start merged %d keys from %s", self.name, len(plan.loaded.keys), plan.directory)
         return len(plan.loaded.keys)
+
+    def import_state(self, state: TableState) -> None:
+        """Replace this store's rows and history with ``state`` (a whole ``TableState``, checked by the
+        caller: ``check_fits`` and the checkpoint's CKPT-5), under the store's lock; no checkpoint
+        bookkeeping and no change log.  What a wrapper (sharding, replicas, the sharded checkpoint) uses
+        to install the state it read or merged (CON-10)."""
+        with self._lock:
+            self._import_state(state)
 
     def table_clock(self) -> tuple[int | None, str | None]:
         """(the table's clock, its source): the largest step or timestamp a training lookup has
@@ -373,10 +381,10 @@ class Store(ABC):
     def rows_now(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mask: the key holds a row, the rows of those keys) for ``keys`` (ascending int64), read
         without changing anything -- no statistic either, unlike an evaluation lookup.  Backends with a
-        row copy (``_rows_of``) read only those rows; a tiered table reads its export."""
+        row copy (``rows_of``) read only those rows; a tiered table reads its export."""
         keys = np.asarray(keys, dtype=np.int64)
         with self._lock:
-            if self.tiered or not hasattr(self, "_rows_of"):
+            if self.tiered or not hasattr(self, "rows_of"):
                 state = self._export()
                 at = np.minimum(np.searchsorted(state.keys, keys), max(len(state.keys) - 1, 0))
                 held = (state.keys[at] == keys) if len(state.keys) else np.zeros(len(keys), bool)
@@ -385,7 +393,7 @@ class Store(ABC):
             held = handles >= 0
             if not held.any():
                 return held, np.zeros((0, self.config.dim), np.float32)
-            return held, np.asarray(self._rows_of(keys[held], handles[held])[0], np.float32)
+            return held, np.asarray(self.rows_of(keys[held], handles[held])[0], np.float32)
 
     def _log_changes(self, keys) -> None:
         log = self._change_log
@@ -443,7 +451,7 @@ class Store(ABC):
         """The most keys a loaded or warm-started table may hold (CKPT-6); None for one that grows."""
         return None if self.config.dynamic_expansion else self.config.table_capacity
 
-    def _check_fits(self, n_keys: int) -> None:
+    def check_fits(self, n_keys: int) -> None:
         limit = self._key_limit()
         if limit is not None and n_keys > limit:
             parameter = self.config.capacity_parameter
@@ -626,40 +634,40 @@ class TierMoves(ABC):
     optimizer: SparseOptimizer  # the update's optimizer: the wrapper sets its own for one apply (OPT-10)
 
     @abstractmethod
-    def _dedup(self, keys: np.ndarray, counts: np.ndarray | None) -> tuple:
+    def dedup(self, keys: np.ndarray, counts: np.ndarray | None) -> tuple:
         """The batch's dedup (LKP-2): a tuple whose first item is the distinct keys in order of
-        first occurrence, padding included; the rest is the backend's own, for _lookup_deduped."""
+        first occurrence, padding included; the rest is the backend's own, for lookup_deduped."""
 
     @abstractmethod
-    def _lookup_deduped(self, deduped: tuple, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
+    def lookup_deduped(self, deduped: tuple, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
                         timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult:
-        """``_lookup`` given the batch's ``_dedup``, so that a tiered lookup dedups once (TIER-12)."""
+        """``_lookup`` given the batch's ``dedup``, so that a tiered lookup dedups once (TIER-12)."""
 
     @abstractmethod
-    def _rows_of(self, keys: np.ndarray, rows: np.ndarray | None = None
+    def rows_of(self, keys: np.ndarray, rows: np.ndarray | None = None
                  ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
         """Copies of what ``keys`` (all holding a row) carry to another tier:
         (values, {slot: values}, counts, last_seen).  ``rows``: the keys' ``_row_handles`` when the
         caller has them, so a backend that locates rows by handle need not probe again."""
 
     @abstractmethod
-    def _entries_of(self, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def entries_of(self, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(counts, last_seen) of ``keys`` (all holding a row; ``rows``: their ``_row_handles``):
         what the host order of TIER-5 needs, without copying the rows' values."""
 
     @abstractmethod
-    def _drop_rows(self, keys: np.ndarray) -> None:
+    def drop_rows(self, keys: np.ndarray) -> None:
         """Forget ``keys`` (their rows moved to another tier): rows go on the free stack in the
         given order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""
 
     @abstractmethod
-    def _put_rows(self, keys: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray], counts: np.ndarray,
+    def put_rows(self, keys: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray], counts: np.ndarray,
                   last_seen: np.ndarray) -> None:
         """Take back ``keys`` (not in the history) with the state they carry; rows are handed out
         as for new keys (EXP-4) and always fit."""
 
     @abstractmethod
-    def _admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(keys ascending, counts, last_seen) of every key holding a row."""
 
 
@@ -716,7 +724,7 @@ class InMemoryStore(Store):
 
     def _capacity_after_import(self, n_keys: int) -> int:
         """CKPT-6: a loaded table has its configured capacity, or its key count if that is
-        larger and the table grows (a fixed table was checked by _check_fits)."""
+        larger and the table grows (a fixed table was checked by check_fits)."""
         self._capacity_rows = self.config.table_capacity
         if self.config.dynamic_expansion:
             self._capacity_rows = max(self.config.table_capacity, n_keys)
@@ -782,7 +790,7 @@ def _read_only(result: LookupResult) -> LookupResult:
     return dataclasses.replace(result, **views)
 
 
-def _sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
+def sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):
     """Merge repeated keys, summing their rows in order of occurrence (OPT-1)."""
     if keys.size == 0:
         return keys, grads, mask

@@ -103,18 +103,18 @@ class HotOnVersusOff(StoreComparison):
 
     @rule(pick=st.integers(0, 2**16), fraction=st.sampled_from([0.3, 1.0]))
     def tier_move(self, pick, fraction):
-        """Rows leave for another tier and come back (_drop_rows, _put_rows):
+        """Rows leave for another tier and come back (drop_rows, put_rows):
         hot keys among them leave the hot set."""
         keys = self.stores[0].export().keys
         if not len(keys):
             return
         chosen = np.random.default_rng(pick).permutation(keys)[:max(1, int(len(keys) * fraction))]
-        carried = [store._rows_of(chosen) for store in self.stores]
+        carried = [store.rows_of(chosen) for store in self.stores]
         for store in self.stores:
-            store._drop_rows(chosen)
+            store.drop_rows(chosen)
         self.agree()
         for store, (values, slots, counts, last_seen) in zip(self.stores, carried):
-            store._put_rows(chosen, values, slots, counts, last_seen)
+            store.put_rows(chosen, values, slots, counts, last_seen)
         self.last = None
 
 

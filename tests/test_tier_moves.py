@@ -126,6 +126,6 @@ def test_con_10_the_tiers_use_only_what_tier_moves_declares(backend, tmp_path):
     tiered.load(tmp_path / "ckpt")
     tiered.warm_start(tmp_path / "ckpt", now=9)
     tiered.export()
-    assert {"_dedup", "_lookup_deduped", "_rows_of", "_drop_rows", "_admitted_entries", "_apply",
+    assert {"dedup", "lookup_deduped", "rows_of", "drop_rows", "admitted_entries", "_apply",
             "_apply_result"} <= recording.used
     assert recording.used - _declared() == set()

@@ -372,7 +372,7 @@ def test_tier_12_a_tiered_lookup_dedups_once_and_probes_once(backend, mode, tmp_
     in DDR mode no key-map probe besides the lookup's own (the placement reads the lookup's row
     handles); the apply of the result passes its row handles on (OPT-9)."""
     store = ddr(backend, device=4, host=100) if mode == "ddr" else ssd(backend, tmp_path, device=4, host=2)
-    names = ("_dedup", "_lookup", "_lookup_deduped", "_row_handles", "_apply", "_apply_result")
+    names = ("dedup", "_lookup", "lookup_deduped", "_row_handles", "_apply", "_apply_result")
     counting = _Counting(store._inner, names)
     store._inner = counting
     for step in range(6):
@@ -381,6 +381,6 @@ def test_tier_12_a_tiered_lookup_dedups_once_and_probes_once(backend, mode, tmp_
     calls = dict(counting.calls)
     if mode == "ssd":       # the disk check and the spill's bookkeeping probe the map besides
         assert calls.pop("_row_handles") > 0 and store.stats()["disk_rows"] > 0
-    assert calls == {"_dedup": 6, "_lookup": 0, "_lookup_deduped": 6, "_apply": 0, "_apply_result": 6,
+    assert calls == {"dedup": 6, "_lookup": 0, "lookup_deduped": 6, "_apply": 0, "_apply_result": 6,
                      **({"_row_handles": 0} if mode == "ddr" else {})}
     assert store.stats()["device_to_host_rows"] > 0     # the placement did move rows

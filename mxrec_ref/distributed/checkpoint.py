@@ -649,9 +649,8 @@ def load(store, directory) -> None:
     """SHARD-11 on one rank (lock held): read this rank's keys, check that the ranks loaded every key
     exactly once, then replace this rank's store."""
     folder = _shared_folder(store, directory, "load")
-    state, _ = _read_collectively(store, folder, "load", check=lambda state: store.local._check_fits(len(state.keys)))
-    with store.local._lock:
-        store.local._import_state(state)      # the tiers import the same way (CON-10)
+    state, _ = _read_collectively(store, folder, "load", check=lambda state: store.local.check_fits(len(state.keys)))
+    store.local.import_state(state)      # the tiers import the same way (CON-10)
     store._last_checkpoint = (folder, state)
     store._share_stats(None, "load")
     logger.info("table %r: rank %d of %d loaded its %d keys from %s", store.name, store.rank, store.rank_size,
@@ -677,7 +676,7 @@ def plan_warm_start(store, directory, source_table, now, after) -> ShardedWarmSt
         if store.local._key_limit() is not None:     # each owner holds the configured capacity (SHARD-6)
             before = after.keys_after if after is not None else store.local.export().keys
             checked["keys_after"] = np.union1d(before, loaded.keys)
-            store.local._check_fits(len(checked["keys_after"]))
+            store.local.check_fits(len(checked["keys_after"]))
 
     loaded, n_loaded = _read_collectively(store, folder, "warm_start", check, source_table=source_table,
                                           slots_required=False)
@@ -691,12 +690,11 @@ def apply_warm_start(store, plan) -> int:
     try:
         store._check_plan(plan)
         merged = merge_warm_start(store.local.export(), plan.loaded, store.config.admit_threshold, plan.now)
-        store.local._check_fits(len(merged.keys))
+        store.local.check_fits(len(merged.keys))
     except MxrecError as failed:
         error = failed
     store._agree(error, "warm_start")
-    with store.local._lock:
-        store.local._import_state(merged)
+    store.local.import_state(merged)
     store._share_stats(None, "warm_start")
     return plan.n_loaded
 

@@ -135,12 +135,11 @@ class ReplicatedStore(ShardedStore):
     def _import_state(self, state: TableState) -> None:
         error = None
         try:
-            self.local._check_fits(len(state.keys))
+            self.local.check_fits(len(state.keys))
         except MxrecError as failed:
             error = failed
         self._agree(error, "load")
-        with self.local._lock:
-            self.local._import_state(state)
+        self.local.import_state(state)
 
     def save(self, directory, *, incremental: bool = False) -> str:
         """SHARD-18: rank 0 writes its replica in the one-process layout (CKPT-*); every rank returns the

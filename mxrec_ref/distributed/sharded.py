@@ -22,7 +22,7 @@ import logging
 import numpy as np
 
 from .. import hot
-from ..contract import Store, _sum_duplicates
+from ..contract import Store, sum_duplicates
 from ..errors import MxrecError, UsageError
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
 from . import checkpoint as sharded_checkpoint
@@ -326,7 +326,7 @@ class ShardedStore(Store):
             if self._hot is not None and len(recv_keys):
                 # SHARD-20: sum the duplicates here, as the store would (OPT-1, the same function), so the
                 # sums this owner applies are known and go to every replica; the store gets distinct keys
-                recv_keys, recv_rows, _ = _sum_duplicates(recv_keys, recv_rows, recv_keys != PADDING_KEY)
+                recv_keys, recv_rows, _ = sum_duplicates(recv_keys, recv_rows, recv_keys != PADDING_KEY)
                 chosen = self._hot.is_hot(recv_keys)
                 hot_keys, hot_sums = recv_keys[chosen], recv_rows[chosen]
             # duplicates (one per source rank) are summed in order of occurrence: source-rank order (OPT-1)
@@ -426,7 +426,7 @@ class ShardedStore(Store):
         mine = slice_state(state, self.rank, self.rank_size)
         error = None
         try:
-            self.local._check_fits(len(mine.keys))
+            self.local.check_fits(len(mine.keys))
         except MxrecError as failed:
             error = failed
         headers = self._agree(error, "load", n_keys=len(mine.keys), n_pending=len(mine.pending_keys))
@@ -434,8 +434,7 @@ class ShardedStore(Store):
                 sum(h["n_pending"] for h in headers) != len(state.pending_keys):
             raise UsageError(f"table {self.name!r}: load: the ranks loaded {sum(h['n_keys'] for h in headers)} of "
                              f"{len(state.keys)} keys; every key must be loaded by exactly one rank (SHARD-11)")
-        with self.local._lock:
-            self.local._import_state(mine)        # the tiers import the same way (CON-10)
+        self.local.import_state(mine)        # the tiers import the same way (CON-10)
         self._share_stats(None, "load")
 
     def _owns(self, keys: np.ndarray) -> np.ndarray:

@@ -50,12 +50,12 @@ class FastStore(InMemoryStore, TierMoves):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
-        return self._lookup_deduped(self._dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+        return self.lookup_deduped(self.dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
 
-    def _dedup(self, keys, counts):
+    def dedup(self, keys, counts):
         return lookup.dedup(self._core, keys, counts)                             # LKP-2
 
-    def _lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
+    def lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         core = self._core
         unique, inverse, occurrences = deduped
         n_unique = len(unique)
@@ -150,20 +150,20 @@ class FastStore(InMemoryStore, TierMoves):
             return self._core.memory_bytes(allocated)
 
     # ---------------------------------------------------------- tier moves
-    def _rows_of(self, keys, rows=None):
+    def rows_of(self, keys, rows=None):
         return tiers.rows_of(self._core, self._slot_index, keys, rows)
 
-    def _entries_of(self, keys, rows):
+    def entries_of(self, keys, rows):
         return tiers.entries_of(self._core, keys, rows)
 
-    def _drop_rows(self, keys) -> None:
+    def drop_rows(self, keys) -> None:
         tiers.drop_rows(self._core, keys)
 
-    def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
+    def put_rows(self, keys, values, slots, counts, last_seen) -> None:
         self._hold_at_least(self._core.size + len(keys))
         tiers.put_rows(self._core, self._slot_index, keys, values, slots, counts, last_seen, self._capacity_rows)
 
-    def _admitted_entries(self):
+    def admitted_entries(self):
         return tiers.admitted_entries(self._core)
 
     # ---------------------------------------------------------- checkpoint

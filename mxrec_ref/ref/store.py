@@ -39,12 +39,12 @@ class RefStore(InMemoryStore, TierMoves):
 
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
-        return self._lookup_deduped(self._dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+        return self.lookup_deduped(self.dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
 
-    def _dedup(self, keys, counts):
+    def dedup(self, keys, counts):
         return lookup.dedup(keys, counts)                                         # LKP-2
 
-    def _lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
+    def lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         table, default_row = self._table, self.config.default_row()
         unique, inverse, occurrences = deduped
         self._check_send_count(len(unique), pad_to)                               # LKP-4
@@ -122,20 +122,20 @@ class RefStore(InMemoryStore, TierMoves):
         return lookup.row_handles(self._table, keys)                             # EXP-5
 
     # ---------------------------------------------------------- tier moves
-    def _rows_of(self, keys, rows=None):
+    def rows_of(self, keys, rows=None):
         return tiers.rows_of(self._table, keys)        # the reference finds rows by key
 
-    def _entries_of(self, keys, rows):
+    def entries_of(self, keys, rows):
         return tiers.entries_of(self._table, keys)
 
-    def _drop_rows(self, keys) -> None:
+    def drop_rows(self, keys) -> None:
         tiers.drop_rows(self._table, keys)
 
-    def _put_rows(self, keys, values, slots, counts, last_seen) -> None:
+    def put_rows(self, keys, values, slots, counts, last_seen) -> None:
         self._hold_at_least(len(self._table.row_of) + len(keys))
         tiers.put_rows(self._table, keys, values, slots, counts, last_seen, self._capacity_rows)
 
-    def _admitted_entries(self):
+    def admitted_entries(self):
         return tiers.admitted_entries(self._table)
 
     # ---------------------------------------------------------- checkpoint

@@ -77,7 +77,7 @@ class TieredStore(Store):
     # -------------------------------------------------------------- lookup
     def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
         # The batch's one dedup: its distinct keys serve the checks below and the lookup itself (TIER-12).
-        deduped = self._inner._dedup(keys, counts)
+        deduped = self._inner.dedup(keys, counts)
         distinct = deduped[0]
         n_keys = len(distinct) - int(np.count_nonzero(distinct == PADDING_KEY))
         if train and n_keys > self.config.device_vocabulary_size:
@@ -92,7 +92,7 @@ class TieredStore(Store):
         self._make_room_on_host()
         self._bring_back(distinct)     # SSD: one probe of the batch's keys finds the ones to read
         rows_before = self._inner.size()
-        result = self._inner._lookup_deduped(deduped, keys, shape, train, step, timestamp, pad_to, counts)
+        result = self._inner.lookup_deduped(deduped, keys, shape, train, step, timestamp, pad_to, counts)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
             self._put_on_device(result, self._inner.size() - rows_before)
         self._spill_to_disk()
@@ -173,14 +173,14 @@ class TieredStore(Store):
         if len(on_disk) == 0:
             return
         slot_map = dict(zip(self.optimizer.slot_names, slots))
-        self._inner._put_rows(on_disk, values, slot_map, counts, last_seen)
+        self._inner.put_rows(on_disk, values, slot_map, counts, last_seen)
         self._tier_counters["disk_to_host_rows"] += len(on_disk)
         self._note_host(on_disk)
 
     def _host_keys(self):
         """(keys, counts, last_seen) of the rows in host memory and not on the device:
         a pass over every row, for rebuilding the host order only (load, stale heap)."""
-        keys, counts, last_seen = self._inner._admitted_entries()
+        keys, counts, last_seen = self._inner.admitted_entries()
         host = ~self._device.contains(keys)
         return keys[host], counts[host], last_seen[host]
 
@@ -209,7 +209,7 @@ class TieredStore(Store):
         host[host] = ~self._device.contains(keys[host], rows[host])
         keys, rows = keys[host], rows[host]
         if len(keys):
-            order.push(keys, *self._inner._entries_of(keys, rows))
+            order.push(keys, *self._inner.entries_of(keys, rows))
 
     def _spill_victims(self, excess: int):
         """The ``excess`` host rows TIER-5 sends to disk, in order, with what they carry:
@@ -234,7 +234,7 @@ class TieredStore(Store):
             if len(at) == 0:
                 last_key = keys[-1]
                 continue
-            now_counts, now_seen = self._inner._entries_of(keys[at], rows[at])
+            now_counts, now_seen = self._inner.entries_of(keys[at], rows[at])
             current = (now_counts == counts[at]) & (now_seen == last_seen[at])
             keep = np.flatnonzero(current)[:need]
             if len(keep) == need and keep[-1] + 1 < len(at):       # current entries past the last one taken
@@ -249,7 +249,7 @@ class TieredStore(Store):
             chosen_rows.append(rows[at])
         keys = np.concatenate(chosen_keys)       # excess > 0: the loop took rows
         # What the victims carry, fetched once for the rows chosen (their entries were just checked).
-        return (keys, *self._inner._rows_of(keys, np.concatenate(chosen_rows)))
+        return (keys, *self._inner.rows_of(keys, np.concatenate(chosen_rows)))
 
     def _spill_to_disk(self) -> Exception | None:
         """SSD mode: move the least frequently used host rows (ties: least
@@ -270,7 +270,7 @@ class TieredStore(Store):
             logger.warning("table %r: disk full: %d rows stay in host memory: %s", self.name, len(victims), error)
             self._host_order.push(victims, counts, last_seen)      # they stay host rows
             return error
-        self._inner._drop_rows(victims)
+        self._inner.drop_rows(victims)
         self._tier_counters["host_to_disk_rows"] += len(victims)
         return None
 
