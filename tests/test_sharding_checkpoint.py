@@ -116,7 +116,7 @@ def test_shard_10_merge_and_filter_work_a_few_rows_at_a_time(backend, scratch, m
 
     states = {}
     for chunk in (1 << 22, 8):
-        monkeypatch.setattr(sharded_checkpoint, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(checkpoint.stream, "CHUNK_BYTES", chunk)      # rows streamed at a time
         states[chunk] = on_ranks(2, backend, body)[0]
     assert files_of(scratch / "chunk-8") == files_of(scratch / f"chunk-{1 << 22}")
 
@@ -211,13 +211,13 @@ def test_shard_10_a_failed_slice_write_fails_every_rank_and_keeps_the_old_table(
         old = store.export()
         train(store, rank, 2, range(3, 5))
         if rank == 1:
-            write_files = checkpoint._write_files
+            write_files = checkpoint.write_state_files
 
             def broken(folder, *args, **options):      # rank 1's slice only (the module is shared by the virtual ranks)
                 if threading.current_thread().name == "virtual-rank-1":
                     raise OSError(28, "No space left on device", str(folder))
                 return write_files(folder, *args, **options)
-            monkeypatch.setattr(checkpoint, "_write_files", broken)
+            monkeypatch.setattr(checkpoint, "write_state_files", broken)
         try:
             store.save(scratch)
         except (CheckpointError, UsageError) as error:

@@ -248,13 +248,13 @@ def _count_reads(monkeypatch) -> list:
     """Every version of a checkpoint table read from disk, as (folder, table name)."""
     from mxrec_ref import checkpoint
 
-    reads, read_version = [], checkpoint._read_version
+    reads, read_version = [], checkpoint.reader.read_version
 
     def counting(root, saved_name, *args, **kwargs):
         reads.append((str(root), saved_name))
         return read_version(root, saved_name, *args, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "_read_version", counting)
+    monkeypatch.setattr(checkpoint.reader, "read_version", counting)
     return reads
 
 

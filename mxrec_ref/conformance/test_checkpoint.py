@@ -356,7 +356,7 @@ def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path,
     old, new = _trained(backend, thresholds=False), _trained(backend, thresholds=False)
     new.lookup(keys(30, 31), step=9)
     old.save(tmp_path)
-    read_at, interfered = checkpoint._read_at, []
+    read_at, interfered = checkpoint.reader.read_at, []
 
     def read_and_interfere(fd, name):
         if name == "embedding/slice.data" and not interfered:
@@ -364,7 +364,7 @@ def test_ckpt_11_a_save_during_a_load_gives_one_whole_version(backend, tmp_path,
             new.save(tmp_path)                    # exchanges the folders, then deletes the old version
         return read_at(fd, name)
 
-    monkeypatch.setattr(checkpoint, "_read_at", read_and_interfere)
+    monkeypatch.setattr(checkpoint.reader, "read_at", read_and_interfere)
     fresh = _trained(backend, thresholds=False)
     fresh.load(tmp_path)
     assert interfered and fresh.export().differences(new.export()) == []

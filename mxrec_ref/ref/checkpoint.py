@@ -1,5 +1,5 @@
 """The reference's side of checkpoints (spec/checkpoint.md): the table as a ``TableState`` and
-back.  The on-disk format is mxrec_ref/checkpoint.py's alone; the fast twins carry the same
+back.  The on-disk format is the mxrec_ref/checkpoint package's alone; the fast twins carry the same
 names in mxrec_ref/fast/checkpoint.py and cext/_checkpoint.pxi.
 """
 from __future__ import annotations

@@ -140,12 +140,12 @@ def write_delta(path, sequence: int, inputs: dict[str, np.ndarray], tables: dict
     try:
         root.mkdir(parents=True, exist_ok=True)
         ckpt.remove_stale_temporaries(root, name)
-        with ckpt._temporary_folder(root, name) as temporary:
-            digests = ckpt._write_in_parallel(temporary, [(f"{key}.data", value) for key, value in arrays.items()])
-            digests["meta.json"] = ckpt._write_file(temporary, "meta.json", ckpt.meta_bytes(meta))
-            ckpt._write_manifest(temporary, digests)
-            ckpt._fsync_directory(temporary)
-            ckpt._switch(temporary, path)
+        with ckpt.temporary_folder(root, name) as temporary:
+            digests = ckpt.write_in_parallel(temporary, [(f"{key}.data", value) for key, value in arrays.items()])
+            digests[ckpt.META] = ckpt.write_file(temporary, ckpt.META, ckpt.meta_bytes(meta))
+            ckpt.write_file(temporary, ckpt.MANIFEST, ckpt.manifest_bytes(digests))
+            ckpt.fsync_directory(temporary)
+            ckpt.switch(temporary, path)
     except OSError as error:
         raise CheckpointError(f"export_delta: path: cannot write {str(path)!r}: {error.strerror or error}") from error
     return str(path)

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
-from ..checkpoint import TABLE_THREADS, delta_bases, fault_point, saved_optimizer
+from ..checkpoint import TABLE_THREADS, delta_bases, fault_point, saved_optimizer, write_file_atomically
 from . import config_initializer
 from .config_initializer import ConfigInitializer
 from .distributed import rank_id, rank_size, shared_path, world_barrier
@@ -30,16 +30,6 @@ def sparse_dir(checkpoint_path: str) -> str:
 
 
 TRAIN_STEPS_FILE = "mxrec_train_steps.json"   # {table: training lookups run}, beside the table folders
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """A small file that a kill leaves either old or new, never half written (CKPT-4)."""
-    temporary = f"{path}.writing-{os.getpid()}"
-    with open(temporary, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
@@ -62,8 +52,8 @@ def save_tables(checkpoint_path: str, incremental: bool = False) -> str:
             raise
     if saved and rank_id() == 0:
         # the step a graph without a global step gives its lookups (TF-5): restored with the tables
-        _write_atomically(os.path.join(target, TRAIN_STEPS_FILE),
-                          json.dumps({t.table_name: t.train_lookups_run for t in saved}))
+        write_file_atomically(os.path.join(target, TRAIN_STEPS_FILE),      # the folder protocol (CKPT-4)
+                              json.dumps({t.table_name: t.train_lookups_run for t in saved}).encode())
     return target
 
 
