@@ -55,8 +55,9 @@ class TableReader:
         meta = self.meta = read_meta(self._read_small(META, self.manifest)[0], folder, table)
         self.same_slots = check_meta(meta, config, optimizer, slots_required)
         self.n_keys, self.n_pending, self.dim = meta["n_keys"], meta["n_pending"], config.dim
-        self.n_removed = delta_removed(meta, folder, table)
+        self.n_removed = delta_removed(meta, folder, table)      # None: a full table
         check_clock(meta, folder, table)
+        self.clock, self.clock_source = meta["clock"], meta["clock_source"]
         self.slot_files = ([(slot, optimizer.checkpoint_slot_name(slot)) for slot in optimizer.slot_names]
                            if self.same_slots else [])
         self.slices = table_slices(optimizer, self.n_keys, self.n_pending, self.dim, n_removed=self.n_removed,

@@ -137,8 +137,8 @@ def merge_slices(folder: Path, slices: list[Path], config, optimizer, *, root: P
     table = config.name
     with contextlib.ExitStack() as stack:
         readers = [stack.enter_context(ckpt.TableReader.at_path(path, config, optimizer)) for path in slices]
-        clocks = [r.meta["clock"] for r in readers if r.meta["clock"] is not None]
-        sources = [r.meta["clock_source"] for r in readers if r.meta["clock_source"] is not None]
+        clocks = [r.clock for r in readers if r.clock is not None]
+        sources = [r.clock_source for r in readers if r.clock_source is not None]
         removed_total = sum(r.n_removed or 0 for r in readers) if previous is not None else None
         meta = ckpt.table_meta(config, optimizer, sum(r.n_keys for r in readers), sum(r.n_pending for r in readers),
                                max(clocks) if clocks else None, sources[0] if sources else None,
