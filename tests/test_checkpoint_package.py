@@ -163,3 +163,17 @@ def test_ckpt_4_write_file_atomically_leaves_the_old_file_or_the_new_one(tmp_pat
     with pytest.raises(TypeError):
         checkpoint.write_file_atomically(path, None)
     assert path.read_bytes() == b"new" and os.listdir(tmp_path) == ["steps.json"]
+
+
+def test_ckpt_9_save_state_writes_a_full_table_or_a_delta_on_its_base(tmp_path):
+    """One function for a store's save: full without a base, a delta on (folder, state) with one,
+    and an incremental save into its own base refused before anything is written."""
+    optimizer, config = Adagrad(learning_rate=0.1), TableConfig(name="t", dim=2)
+    base, later = _state(optimizer, 2, 20, 4, seed=6), _state(optimizer, 2, 22, 3, seed=7)
+    checkpoint.save_state(tmp_path / "one", config, optimizer, base)
+    path = checkpoint.save_state(tmp_path / "two", config, optimizer, later, base=(str(tmp_path / "one"), base))
+    assert json.loads(Path(path, "meta.json").read_text())["previous"] == "../one"
+    assert checkpoint.read_table(tmp_path / "two", config, optimizer).differences(later) == []
+    with pytest.raises(CheckpointError, match="directory: an incremental save into .* would overwrite"):
+        checkpoint.save_state(tmp_path / "one", config, optimizer, later, base=(str(tmp_path / "one"), base))
+    assert checkpoint.read_table(tmp_path / "one", config, optimizer).differences(base) == []

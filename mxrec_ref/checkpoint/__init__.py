@@ -46,7 +46,7 @@ from .format import (CHUNK_BYTES, FORMAT_VERSION, IO_THREADS, MANIFEST, MAX_DELT
                      TABLE_THREADS, Slice, manifest_bytes, meta_bytes, table_meta, table_slices)
 from .reader import read_chain, read_table, read_verified_files, read_version
 from .stream import Keep, TableReader, VersionTally, read_owned
-from .writer import TableWriter, write_state_files, write_table
+from .writer import TableWriter, save_state, write_state_files, write_table
 
 _SETTINGS = {"fault_hook": faults, "use_exchange": folder}     # package settings and the module that reads each
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import numpy as np
 from ..config import TableConfig
 from ..optimizers import SparseOptimizer
 from ..state import TableState
+from .delta import check_delta_target, delta_between
 from .faults import fault_point
 from .files import FileWriter, fsync_directory, write_file, write_in_parallel
 from .folder import checked_directory, io_errors, prepare_save, switch, temporary_folder
@@ -38,6 +40,19 @@ def write_table(directory, config: TableConfig, optimizer: SparseOptimizer, stat
             write_state_files(temporary, optimizer, state, meta, removed if previous is not None else None)
             switch(temporary, target)
     return str(root / table)
+
+
+def save_state(directory, config: TableConfig, optimizer: SparseOptimizer, state: TableState, *,
+               base: tuple | None = None) -> str:
+    """A store's save (CKPT-4): ``state`` as a full table, or -- with ``base``, the (folder, state) of
+    the store's last save or load -- what changed since then, as a delta pointing at it (CKPT-9).  An
+    incremental save into its base's chain raises CheckpointError before writing anything."""
+    directory = os.path.abspath(checked_directory(directory, config.name))
+    if base is None:
+        return write_table(directory, config, optimizer, state)
+    check_delta_target(directory, base[0], config.name)
+    delta, removed = delta_between(base[1], state)
+    return write_table(directory, config, optimizer, delta, previous=base[0], removed=removed)
 
 
 def write_state_files(folder: Path, optimizer: SparseOptimizer, state: TableState, meta: dict,

@@ -52,7 +52,8 @@ def save(store, directory, incremental: bool) -> str:
     previous = store._last_checkpoint               # (folder, this rank's slice of it) or None
     delta = bool(incremental) and previous is not None
     if comm.size == 1:                              # nothing to merge: the one-process writer
-        path = _attempt(store, "save", lambda: _write_whole(store, directory, mine, previous if delta else None))
+        path = _attempt(store, "save", lambda: ckpt.save_state(directory, store.config, store.optimizer, mine,
+                                                                base=previous if delta else None))
         store._last_checkpoint = (os.path.dirname(path), mine)
         return path
     with contextlib.ExitStack() as stack:
@@ -116,17 +117,6 @@ def _attempt(store, what: str, work, only_rank0: bool = False):
             error = failed
     headers = store._agree(error, what, result=result if store.rank == 0 else None)
     return headers[0]["result"]
-
-
-def _write_whole(store, directory, state: TableState, previous) -> str:
-    """One rank: Store.save's writing (CKPT-4, CKPT-9)."""
-    directory = os.path.abspath(ckpt.checked_directory(directory, store.name))
-    if previous is not None:
-        ckpt.check_delta_target(directory, previous[0], store.name)
-        delta, removed = ckpt.delta_between(previous[1], state)
-        return ckpt.write_table(directory, store.config, store.optimizer, delta, previous=previous[0],
-                                removed=removed)
-    return ckpt.write_table(directory, store.config, store.optimizer, state)
 
 
 def merge_slices(folder: Path, slices: list[Path], config, optimizer, *, root: Path, previous=None) -> None:
