@@ -84,6 +84,10 @@ class TableReader:
         return self
 
     def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        """Close every file (again: a no-op)."""
         self._stack.close()
 
     @property

@@ -153,8 +153,7 @@ def merge_slices(folder: Path, slices: list[Path], config, optimizer, *, root: P
                                 lambda columns: writer.removed(columns[0]), table, chunk)
         for reader in readers:
             reader.finish()              # every byte read, CRC-32 as the slice's manifest says
-        for reader in readers:
-            reader.__exit__()
+            reader.close()
         shutil.rmtree(folder / SLICES)      # the table folder holds the merged files only
         writer.finish()
 
