@@ -29,8 +29,8 @@ from ..config import TableConfig
 from ..contract import InMemoryStore, TierMoves
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
-from ..tiers.placement import FastDevicePlacement
 from . import admission, checkpoint, eviction, hot, initializers, lookup, optimizers, tiers
+from .placement import FastDevicePlacement
 
 
 class FastStore(InMemoryStore, TierMoves):
