@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mxrec_ref import Adagrad, Initializer, TableConfig, open_store
+from mxrec_ref.fast.disk import FastDiskKernels    # the fast store's disk tier, as the stores above use
 from mxrec_ref.tiers.disk import DiskTier
 
 from workloads import DIM, scramble, size_scaled, zipf_batches
@@ -74,14 +75,14 @@ def _record_bytes() -> int:
 
 def test_ssd_write(benchmark, rows, tmp_path):
     def setup():
-        return (DiskTier("bench", [str(tmp_path / f"w{next(_folders)}")], DIM, 1),), {}
+        return (DiskTier("bench", [str(tmp_path / f"w{next(_folders)}")], DIM, 1, kernels=FastDiskKernels),), {}
 
     benchmark.extra_info.update(ratio_group="SSD write: disk tier / sequential file write", role="candidate")
     benchmark.pedantic(lambda tier: tier.write(*rows[:2], rows[2], *rows[3:]), setup=setup, rounds=3)
 
 
 def test_ssd_read(benchmark, rows, tmp_path):
-    tier = DiskTier("bench", [str(tmp_path / "r")], DIM, 1)
+    tier = DiskTier("bench", [str(tmp_path / "r")], DIM, 1, kernels=FastDiskKernels)
     keys = rows[0]
     tier.write(keys, rows[1], rows[2], *rows[3:])
     order = np.random.default_rng(1).permutation(keys)   # rows come back in the order a batch asks

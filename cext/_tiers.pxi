@@ -1,6 +1,7 @@
 # Tier moves (spec/tiers.md, CON-10): rows leaving for and coming back from another tier, and
-# the SSD tier's batch kernels (mxrec_ref/tiers/disk.py): mapped record reads with their checks,
-# record checksums, the index's search and merge.
+# the SSD tier's batch kernels (glue: mxrec_ref/fast/disk.py, FastDiskKernels): mapped record reads with
+# their checks, record checksums, the index's search and merge -- twins of mxrec_ref/tiers/disk_reads.py,
+# disk_records.py and disk_index.py.
 # Twin of mxrec_ref/ref/tiers.py and mxrec_ref/fast/tiers.py: put_rows (EXP-4), entries_at (entries_of).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
@@ -38,7 +39,7 @@ cdef class RecordMap:
     def read(self, const int64_t[::1] offsets, Py_ssize_t record_bytes, uint8_t[:, ::1] out,
              const int64_t[::1] keys, uint32_t magic, uint32_t payload_len):
         """Copy the records at ``offsets`` into the rows of ``out`` and check each as
-        mxrec_ref.tiers.disk's ``_check`` does: its CRC-32 (the last 4 bytes, over the rest),
+        mxrec_ref.tiers.disk_records' ``RecordFormat.check`` does: its CRC-32 (the last 4 bytes, over the rest),
         its magic and payload length, and that it holds ``keys[i]``; without the GIL.  Returns
         (bytes copied, the index of the first record the file cuts short or -1, the index of
         the first bad record before it or -1, why: 1 the checksum, 2 the format, 3 the key);
@@ -452,7 +453,7 @@ cdef inline Py_ssize_t _lower_bound(const int64_t* keys, Py_ssize_t n, int64_t k
 
 def index_search(const int64_t[::1] main_keys, const int64_t[::1] main_words, const int64_t[::1] delta_keys,
                  const int64_t[::1] delta_words, const int64_t[::1] queries):
-    """The SSD tier's index search (mxrec_ref.tiers.disk._Index): per query, its location
+    """The SSD tier's index search (the twin of mxrec_ref.tiers.disk_index's ``DiskIndex`` search): per query, its location
     word (-1 where absent), the level that holds its slot (0 none, 1 main, 2 delta: a key is in one
     level at most; a tombstone's slot counts as held, word -1) and its position there -- both
     levels searched in one pass without the GIL."""
@@ -485,7 +486,7 @@ def index_search(const int64_t[::1] main_keys, const int64_t[::1] main_words, co
 def index_merge(const int64_t[::1] keys_a, const int64_t[::1] words_a, const int64_t[::1] keys_b,
                 const int64_t[::1] words_b):
     """Two sorted, key-disjoint levels of the SSD tier's index as one, tombstones (word < 0)
-    dropped: one pass without the GIL (mxrec_ref.tiers.disk._Index._merge)."""
+    dropped: one pass without the GIL (the twin of mxrec_ref.tiers.disk_index's ``DiskIndex`` merge)."""
     cdef Py_ssize_t na = keys_a.shape[0], nb = keys_b.shape[0], i = 0, j = 0, o = 0
     keys = np.empty(na + nb, dtype=np.int64)
     words = np.empty(na + nb, dtype=np.int64)

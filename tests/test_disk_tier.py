@@ -1,11 +1,13 @@
-"""The SSD tier's row store (mxrec_ref/tiers/disk.py; spec/tiers.md TIER-6,
-TIER-7, TIER-9): bit-exact records, superseding, compaction, folder limits,
-atomic failed writes and corruption detection."""
+"""The SSD tier's row store (mxrec_ref/tiers/disk.py and its disk_*.py modules; spec/tiers.md
+TIER-6, TIER-7, TIER-9): bit-exact records, superseding, compaction, folder limits, atomic failed
+writes and corruption detection, on both backends' kernels (RefDiskKernels, FastDiskKernels),
+and the two compared call by call."""
 import errno
 import os
 import struct
 import tempfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mxrec_ref.errors import ConfigError, MxrecError
-from mxrec_ref.tiers.disk import DiskCorruptionError, DiskFullError, DiskTier, record_dtype
+from mxrec_ref.tiers.disk import DiskCorruptionError, DiskFullError, DiskTier, RefDiskKernels, record_dtype
+
+try:    # the tests' kernels: the fast path's where it is built (the fast store's tier), else the reference's
+    from mxrec_ref.fast.disk import FastDiskKernels
+except ImportError:
+    FastDiskKernels = None
+KERNELS = FastDiskKernels or RefDiskKernels
 
 DIM, SLOTS = 4, 2
 RECORD = record_dtype(DIM, SLOTS).itemsize  # 36 bytes of header and crc + 48 of payload
@@ -33,7 +41,7 @@ def pick(data, positions):
 
 
 def tier_in(folders, **kwargs):
-    return DiskTier("t", [str(f) for f in folders], DIM, SLOTS, **kwargs)
+    return DiskTier("t", [str(f) for f in folders], DIM, SLOTS, **{"kernels": KERNELS, **kwargs})
 
 
 def ssd_sizes(*folders):
@@ -493,14 +501,15 @@ def test_crc32_records_matches_zlib():
         fast.crc32_records(np.zeros((2, 8), np.uint8), 9)
 
 
-def test_record_crc_fast_and_fallback_agree():
-    from mxrec_ref.tiers import disk
+def test_record_crc_fast_and_reference_agree():
+    from mxrec_ref.tiers import disk_records
     records = np.zeros(300, record_dtype(DIM, SLOTS))
     records.view(np.uint8)[:] = np.random.default_rng(3).integers(0, 256, records.nbytes, dtype=np.uint8)
-    np.testing.assert_array_equal(disk._crc32s(records), disk._crc32s_zlib(records))
     raw = records.view(np.uint8).reshape(len(records), -1)
-    np.testing.assert_array_equal(disk._crc32s_zlib(records),
+    np.testing.assert_array_equal(disk_records.crc32s(records),
                                   [zlib.crc32(row[:RECORD - 4].tobytes()) for row in raw])
+    fast = pytest.importorskip("mxrec_ref.fast.disk")
+    np.testing.assert_array_equal(fast.crc32s(records), disk_records.crc32s(records))
 
 
 def test_index_against_a_dict_model(tmp_path):
@@ -566,13 +575,11 @@ def test_tier_6_take_reads_and_forgets_the_keys_on_disk_in_one_search(tmp_path):
     test_tier_6_record_of_another_key_is_detected, test_tier_6_truncated_file_is_detected,
     lambda tmp_path: test_tier_6_flipped_byte_is_detected(tmp_path, 4),
     lambda tmp_path: test_tier_6_flipped_byte_is_detected(tmp_path, RECORD - 1)])
-def test_tier_9_without_the_fast_path_reads_and_the_index_behave_alike(tmp_path, monkeypatch, case):
-    """TIER-9, TIER-6, TIER-10 on the fallbacks: reads by pread spans checked by numpy, the index
-    searched and merged by numpy -- the same rows, errors and statistics as the mapped reads and
-    the C index."""
-    from mxrec_ref.tiers import disk
-    for name in ("RecordMap", "_index_search", "_index_merge"):
-        monkeypatch.setattr(disk, name, None)
+def test_tier_9_on_the_reference_kernels_reads_and_the_index_behave_alike(tmp_path, monkeypatch, case):
+    """TIER-9, TIER-6, TIER-10 on the reference's kernels: reads by pread spans checked by numpy,
+    the index searched and merged by numpy -- the same rows, errors and statistics as the mapped
+    reads and the C index (the other tests' kernels where the fast path is built)."""
+    monkeypatch.setitem(globals(), "KERNELS", RefDiskKernels)
     case(tmp_path)
 
 
@@ -589,3 +596,88 @@ def test_tier_9_a_mapped_file_that_grows_or_is_cut_short_later_reads_right(tmp_p
     assert_rows(tier, *rows([2]))
     with pytest.raises(DiskCorruptionError, match=f"offset {2 * RECORD} is cut short"):
         tier.read([3])
+
+
+# ------------------------------------------------- the two backends' kernels, call by call
+def _small_delta(kernels):
+    """``kernels`` with an index whose delta level merges into main past 4 keys (not 4096), so a
+    short sequence crosses many merges."""
+    index = type("SmallDeltaIndex", (kernels.index,), {"DELTA_MIN": 4})
+    return type(f"SmallDelta{kernels.__name__}", (kernels,), {"index": index})
+
+
+def _outcome(call):
+    """What a call returns, or its error's type and message (folders written as <folder>)."""
+    try:
+        result = call()
+    except (MxrecError, KeyError) as error:
+        return type(error).__name__, str(error)
+    return "ok", [np.asarray(part).tolist() for part in result] if isinstance(result, tuple) else \
+        np.asarray(result).tolist()
+
+
+def _files_of(folder) -> dict:
+    return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
+
+
+KEY_LISTS = st.lists(st.integers(-12, 12), max_size=14)
+DISK_CALLS = st.lists(st.one_of(
+    st.tuples(st.just("write"), KEY_LISTS, st.integers(0, 3)),
+    st.tuples(st.sampled_from(["remove", "take", "read", "contains"]), KEY_LISTS, st.just(0)),
+    st.tuples(st.sampled_from(["expired"]), st.just([]), st.integers(-20, 60)),
+    st.tuples(st.sampled_from(["compact", "verify", "close"]), st.just([]), st.just(0)),
+    st.tuples(st.just("corrupt"), st.just([]), st.integers(0, 10**6))), max_size=30)
+
+
+@pytest.mark.skipif(FastDiskKernels is None, reason="the fast path (mxrec_ref._fast) is not built")
+@settings(max_examples=60, deadline=None)
+@given(calls=DISK_CALLS, limit=st.sampled_from([None, 40 * RECORD]), budget=st.sampled_from([2, 1 << 16]))
+def test_tier_11_the_reference_and_fast_disk_kernels_agree_call_by_call(calls, limit, budget):
+    """TIER-11 for the disk tier's kernels: a DiskTier on RefDiskKernels and one on FastDiskKernels
+    (index search and merge, checksums, reads) driven through the same calls -- writes with
+    repeats, removals, takes, reads of absent keys, eviction queries, compaction, a folder limit,
+    bytes corrupted or cut off in a file -- return the same results and errors, hold the same
+    index and statistics, and leave byte-identical files."""
+    with tempfile.TemporaryDirectory() as root:
+        folders = [os.path.join(root, name) for name in ("ref", "fast")]
+        tiers = [DiskTier("t", [folder], DIM, SLOTS, kernels=_small_delta(kernels), file_bytes=5 * RECORD,
+                          folder_limit_bytes=limit)
+                 for folder, kernels in zip(folders, (RefDiskKernels, FastDiskKernels))]
+        for tier in tiers:
+            tier.compact_budget = budget
+        for step, (name, keys, arg) in enumerate(calls):
+            keys = np.array(keys, dtype=np.int64)
+            if name == "corrupt":      # the same byte of the same file flipped, or the file cut short
+                files = sorted(os.listdir(folders[0]))
+                if not files:
+                    continue
+                for folder in folders:
+                    path = os.path.join(folder, files[arg % len(files)])
+                    size = os.path.getsize(path)
+                    if arg % 3 == 0:
+                        os.truncate(path, (arg // 3) % (size + 1))
+                    elif size:
+                        with open(path, "r+b") as file:
+                            file.seek(arg % size)
+                            byte = file.read(1)
+                            file.seek(arg % size)
+                            file.write(bytes([byte[0] ^ 0x20]))
+                continue
+            data = rows(keys, salt=arg + step) if name == "write" else None
+            outcomes = [_outcome({"write": lambda: tier.write(*data),
+                                  "remove": lambda: tier.remove(keys),
+                                  "take": lambda: tier.take(np.unique(keys)),
+                                  "read": lambda: tier.read(keys),
+                                  "contains": lambda: tier.contains(keys),
+                                  "expired": lambda: tier.expired(arg),
+                                  "compact": tier.compact, "verify": tier.verify, "close": tier.close}[name])
+                        for tier in tiers]
+            ref, fast = (outcome if outcome[0] == "ok" else (outcome[0], outcome[1].replace(folder, "<folder>"))
+                         for outcome, folder in zip(outcomes, folders))
+            assert ref == fast, (step, name)
+            assert tiers[0].stats == tiers[1].stats, (step, name)
+            np.testing.assert_array_equal(tiers[0].keys(), tiers[1].keys())
+            assert tiers[0].index_bytes() == tiers[1].index_bytes()
+            assert _files_of(Path(folders[0])) == _files_of(Path(folders[1])), (step, name)
+        for tier in tiers:
+            tier.clear()

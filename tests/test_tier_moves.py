@@ -129,3 +129,29 @@ def test_con_10_the_tiers_use_only_what_tier_moves_declares(backend, tmp_path):
     assert {"dedup", "lookup_deduped", "rows_of", "drop_rows", "admitted_entries", "_apply",
             "_apply_result"} <= recording.used
     assert recording.used - _declared() == set()
+
+
+def test_tier_11_each_backend_brings_its_tier_code_and_the_reference_tiers_use_no_c_kernel():
+    """TIER-11: the reference store's tiers run the reference's placement, heap and disk kernels, and
+    no module of the shared tier code holds a kernel of the extension, built or not (they once
+    picked it at import time, so the comparison machines compared the fast kernels with themselves)."""
+    import importlib
+    import pkgutil
+
+    from mxrec_ref import tiers
+    from mxrec_ref.tiers.disk import RefDiskKernels
+    from mxrec_ref.tiers.placement import PyHostHeap
+
+    assert (RefStore.device_placement, RefStore.host_heap, RefStore.disk_kernels) == (
+        RefDevicePlacement, PyHostHeap, RefDiskKernels)
+    modules = [importlib.import_module(f"mxrec_ref.tiers.{info.name}") for info in pkgutil.iter_modules(tiers.__path__)]
+    assert {"disk", "disk_index", "disk_reads", "disk_records", "placement", "store"} <= {
+        module.__name__.rsplit(".", 1)[1] for module in modules}
+    from_extension = {f"{module.__name__}.{name}" for module in modules for name, value in vars(module).items()
+                      if getattr(value, "__module__", None) == "mxrec_ref._fast"}
+    assert from_extension == set()
+    if "fast" in backends.available_backends():
+        from mxrec_ref.fast.store import FastStore
+
+        assert [kind.__module__ for kind in (FastStore.device_placement, FastStore.disk_kernels)] == [
+            "mxrec_ref.fast.placement", "mxrec_ref.fast.disk"]

@@ -302,7 +302,7 @@ def test_tier_12_tick_buckets_choose_what_a_full_sort_chooses(placement):
             victims, was_on_device = tier.touch(batch)
             assert sorted(victims.tolist()) == sorted(expected) and was_on_device.tolist() == was
         assert tier.keys().tolist() == sorted(last_use)
-        assert tier._entries <= 2 * device_rows + 1024 + device_rows   # stale entries stay bounded
+        assert tier.queued <= 2 * device_rows + 1024 + device_rows   # stale entries stay bounded
 
 
 def test_tier_12_the_host_heap_spills_in_tier_5_order(backend, tmp_path):

@@ -29,14 +29,16 @@ from ..config import TableConfig
 from ..contract import InMemoryStore, TierMoves
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
-from ..tiers.placement import FastDevicePlacement
 from . import admission, checkpoint, eviction, hot, initializers, lookup, optimizers, tiers
+from .disk import FastDiskKernels
+from .placement import FastDevicePlacement
 
 
 class FastStore(InMemoryStore, TierMoves):
     backend_name = "fast"
     device_placement = FastDevicePlacement       # CON-10, TIER-4
     host_heap = HostHeap                         # CON-10, TIER-12
+    disk_kernels = FastDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
                  hot_rows: int | None = None, hot_update_step: int | None = None):

@@ -17,6 +17,7 @@ from ..contract import InMemoryStore, TierMoves
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
+from ..tiers.disk import RefDiskKernels
 from ..tiers.placement import PyHostHeap, RefDevicePlacement
 from . import admission, checkpoint, eviction, hot, lookup, optimizers, tiers
 from .table import Table
@@ -26,6 +27,7 @@ class RefStore(InMemoryStore, TierMoves):
     backend_name = "ref"
     device_placement = RefDevicePlacement       # CON-10, TIER-4
     host_heap = PyHostHeap                      # CON-10, TIER-12
+    disk_kernels = RefDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
                  hot_update_step: int | None = None):

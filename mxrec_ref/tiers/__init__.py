@@ -3,7 +3,16 @@
 The store behind the tiers is a ``mxrec_ref.contract.TierMoves`` (CON-10); it names its own
 device placement (``RefDevicePlacement`` for the reference, ``FastDevicePlacement`` for the fast path).
 """
-from .placement import FastDevicePlacement, RefDevicePlacement
+from .placement import RefDevicePlacement
 from .store import TieredStore
 
 __all__ = ["TieredStore", "RefDevicePlacement", "FastDevicePlacement"]
+
+
+def __getattr__(name: str):
+    """``FastDevicePlacement`` lives with the fast path (mxrec_ref/fast/placement.py); it is still
+    importable from here, as before, without this package importing the fast path itself."""
+    if name == "FastDevicePlacement":
+        from ..fast.placement import FastDevicePlacement    # local: the shared tiers never import the fast path
+        return FastDevicePlacement
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

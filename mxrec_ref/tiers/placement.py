@@ -18,10 +18,13 @@ queue is rebuilt from the map when stale entries outnumber live ones, which
 keeps it O(device rows) in memory and O(1) amortised per touch.
 
 Two implementations with one interface, as everywhere in mxrec-ref: the
-reference (a dict and a deque of lists, written to be read) and the fast one
-(the same buckets as numpy arrays, the map as arrays indexed by the store's
-row of each key, found by the store's hash probe).  The
-conformance suite checks that they agree after every call.
+reference here (a dict and a deque of lists, written to be read; pure Python,
+whether or not the extension is built) and the fast one in
+mxrec_ref/fast/placement.py (the core's ``DeviceLRU``: the map as arrays
+indexed by the store's row of each key, found by the store's hash probe).  A
+store names its own (``device_placement``, ``host_heap``: CON-10), so which one
+runs follows the store's backend.  The conformance suite checks that they
+agree after every call.
 """
 from __future__ import annotations
 
@@ -29,12 +32,6 @@ import heapq
 from collections import deque
 
 import numpy as np
-
-try:
-    from .._fast import DeviceLRU
-except ImportError:  # the fast path is not built: only the reference's placement exists
-    DeviceLRU = None
-
 
 class RefDevicePlacement:
     """The device tier as a dict key -> tick of its last use, and the tick
@@ -44,7 +41,7 @@ class RefDevicePlacement:
         self.device_rows = device_rows      # row_handles: the fast twin's need; keys suffice here
         self._last_use: dict[int, int] = {}
         self._buckets: deque = deque()
-        self._entries = 0       # keys in the buckets, stale ones included
+        self.queued = 0         # keys in the buckets, stale ones included (bounded: _compact)
         self._tick = 0
 
     def __len__(self) -> int:
@@ -69,14 +66,14 @@ class RefDevicePlacement:
         for key in bucket:
             self._last_use[key] = self._tick
         self._buckets.append([self._tick, bucket, 0])
-        self._entries += len(bucket)
+        self.queued += len(bucket)
         victims = []
         excess = len(self._last_use) - self.device_rows
         while len(victims) < excess:       # oldest tick first, by key within a tick
             tick, bucket, at = entry = self._buckets[0]
             if at == len(bucket):
                 self._buckets.popleft()
-                self._entries -= len(bucket)
+                self.queued -= len(bucket)
                 continue
             entry[2] = at + 1
             key = bucket[at]
@@ -95,85 +92,17 @@ class RefDevicePlacement:
     def clear(self) -> None:
         self._last_use.clear()
         self._buckets.clear()
-        self._entries = 0
+        self.queued = 0
 
     def _compact(self) -> None:
         """Rebuild the buckets from the map once stale entries outnumber live ones."""
-        if self._entries <= 2 * len(self._last_use) + 1024:
+        if self.queued <= 2 * len(self._last_use) + 1024:
             return
         by_tick: dict[int, list] = {}
         for key, tick in self._last_use.items():
             by_tick.setdefault(tick, []).append(key)
         self._buckets = deque([tick, sorted(by_tick[tick]), 0] for tick in sorted(by_tick))
-        self._entries = len(self._last_use)
-
-
-class FastDevicePlacement:
-    """The device tier as the fast core's ``DeviceLRU`` (cext/_tiers.pxi): an
-    intrusive list over the store's rows (a key keeps its row while it is in
-    memory, EXP-4), least recently used at the head, each lookup's keys one
-    group put in key order when it reaches the head -- the reference's order
-    (TIER-12).  Membership is one gather after the store's own hash probe;
-    a touch is O(keys touched) plus the sort of the groups it sends back."""
-
-    def __init__(self, device_rows: int, row_handles=None):
-        if row_handles is None:
-            raise ValueError("FastDevicePlacement needs the store's row_handles")
-        if DeviceLRU is None:
-            raise ImportError("FastDevicePlacement needs the fast path (mxrec_ref._fast) built")
-        self.device_rows = device_rows
-        self._row_handles = row_handles
-        self._lru = DeviceLRU(device_rows)
-
-    def __len__(self) -> int:
-        return self._lru.n
-
-    @property
-    def _entries(self) -> int:
-        """Queue entries held, stale ones included."""
-        return self._lru.q_tail - self._lru.q_head
-
-    def nbytes(self) -> int:
-        """Bytes of the per-row array (16 per row of the store's row range) and the queue."""
-        return self._lru.node.nbytes + self._lru.queue.nbytes
-
-    def keys(self) -> np.ndarray:
-        node = self._lru.node
-        return np.sort(node[node[:, 0] >= 0, 1])
-
-    def contains(self, keys: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Per key: on the device.  ``rows``: the keys' row handles when the caller has them
-        (spares a probe)."""
-        keys = np.ascontiguousarray(keys, dtype=np.int64)
-        rows = self._row_handles(keys) if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
-        return self._lru.contains(rows, keys)
-
-    def touch(self, keys: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """As the reference's; ``rows``: the keys' rows where the caller knows them (-1 elsewhere:
-        probed here), so a training lookup's own row handles spare a second probe."""
-        keys = np.ascontiguousarray(keys, dtype=np.int64)
-        if rows is None:                        # every touched key holds a row
-            rows = self._row_handles(keys)
-        else:
-            rows = np.ascontiguousarray(rows, dtype=np.int64)
-            unknown = np.flatnonzero(rows < 0)
-            if len(unknown):
-                rows = rows.copy()
-                rows[unknown] = self._row_handles(keys[unknown])
-        return self._lru.touch(keys, rows)
-
-    def forget(self, keys: np.ndarray) -> None:
-        """Rows that left memory: their rows may be free already, so they are found by key
-        among the device rows (a pass over the row range, only on eviction)."""
-        keys = np.asarray(keys, dtype=np.int64)
-        lru = self._lru
-        if len(keys) == 0 or lru.n == 0:
-            return
-        live = np.flatnonzero(lru.node[:, 0] >= 0)
-        lru.remove_rows(live[np.isin(lru.node[live, 1], keys)])
-
-    def clear(self) -> None:
-        self._lru.clear()
+        self.queued = len(self._last_use)
 
 
 class HostOrder:

@@ -67,7 +67,8 @@ class TieredStore(Store):
         if config.ssd_vocabulary_size > 0:
             self._host_order = HostOrder(inner.host_heap())   # TIER-5's order, kept incrementally (TIER-12)
             self._disk = DiskTier(config.name, config.ssd_data_path, config.dim, len(self.optimizer.slot_names),
-                                  folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook)
+                                  folder_limit_bytes=ssd_folder_limit_bytes, fault_hook=ssd_fault_hook,
+                                  kernels=getattr(inner, "disk_kernels", None))   # the backend's (TIER-9)
             # The disk tier is working storage, not a checkpoint: its files go with the store.
             weakref.finalize(self, self._disk.clear)
         self._tier_counters = {name: 0 for name in TIER_COUNTERS}
