@@ -100,14 +100,26 @@ def test_shard_2_padding_never_leaves_the_rank_and_each_key_lives_on_its_owner(b
 @given(keys=st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(-5, 40), max_size=60),
        ranks=st.integers(1, 7), weighted=st.booleans())
 def test_shard_2_the_routing_kernels_equal_their_numpy_versions(keys, ranks, weighted):
-    if sharded._route is None:
-        pytest.skip("cext/_route.pyx is not built")
+    """The fast twins (mxrec_ref/fast/sharding.py, cext/_route.pyx) against the reference's functions of the
+    same names (distributed/sharded.py: numpy's stable sort, LKP-2's dictionary walk)."""
+    fast_sharding = pytest.importorskip("mxrec_ref.fast.sharding", reason="the C extensions are not built")
     keys = np.array(keys, dtype=np.int64)
     counts = np.arange(1, keys.size + 1, dtype=np.int64) if weighted else None
-    for fast, slow in zip(sharded.dedup(keys, counts), sharded.dedup_numpy(keys, counts)):
-        assert fast.dtype == np.int64 and fast.tolist() == slow.tolist()
-    for fast, slow in zip(sharded.route(keys, ranks), sharded.route_numpy(keys, ranks)):
+    for fast, slow in zip(fast_sharding.dedup(keys, counts), sharded.dedup(keys, counts)):
+        assert fast.dtype == np.int64 and slow.dtype == np.int64 and fast.tolist() == slow.tolist()
+    for fast, slow in zip(fast_sharding.route(keys, ranks), sharded.route(keys, ranks)):
         assert fast.tolist() == slow.tolist()
+
+
+def test_shard_2_a_table_routes_with_the_twins_of_its_shards_backend(backend):
+    """The reference's routing is pure Python and numpy, whether or not the extension is built; a table whose
+    shards are fast stores routes with the C kernels."""
+    store = ShardedStore(open_store(config(), backend=backend), SingleProcess())
+    modules = (store.routing.route.__module__, store.routing.dedup.__module__)
+    if backend == "fast":
+        assert modules == ("mxrec_ref.fast.sharding", "mxrec_ref.fast.sharding")
+    else:
+        assert modules == ("mxrec_ref.distributed.sharded", "mxrec_ref.ref.lookup")     # LKP-2's reference
 
 
 # ----------------------------------------------------------------------------- SHARD-3
