@@ -32,6 +32,8 @@ from ..contract import Store, sum_duplicates
 from ..errors import UsageError
 from ..ref.lookup import dedup, pad, position_stats
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
+# the one key-order merge, still private in state.py (the lead makes it public at the merge)
+from ..state import _merge_in_key_order as merge_in_key_order
 from . import checkpoint as sharded_checkpoint
 from .collective import TableCollective, attempt, check_same_call  # noqa: F401 -- check_same_call: its old path
 from .comm import Communicator, gather_rows, world
@@ -488,12 +490,19 @@ class ShardedStore(Store):
 
 
 def merge_states(states: list[TableState]) -> TableState:
-    """One table from disjoint shards: keys merged ascending, the clock the latest (SHARD-10).  Each shard
-    goes in as a delta that removes nothing (TableState.with_delta: the one key-order merge): the shards
-    hold disjoint keys, so a delta only adds."""
-    merged, nothing = states[0], np.zeros(0, dtype=np.int64)
+    """One table from disjoint shards: keys merged ascending by state.py's one key-order merge, shard by
+    shard (two ascending runs: a linear merge), the clock the latest (SHARD-10)."""
+    merged = states[0]
     for shard in states[1:]:
-        merged = merged.with_delta(shard, nothing)
+        every_key, every_pending = np.ones(len(merged.keys), bool), np.ones(len(merged.pending_keys), bool)
+        keys, pick = merge_in_key_order(merged.keys, every_key, shard.keys)
+        pending_keys, pick_pending = merge_in_key_order(merged.pending_keys, every_pending, shard.pending_keys)
+        merged = dataclasses.replace(
+            merged, keys=keys, values=pick(merged.values, shard.values),
+            slots={name: pick(merged.slots[name], shard.slots[name]) for name in merged.slots},
+            counts=pick(merged.counts, shard.counts), last_seen=pick(merged.last_seen, shard.last_seen),
+            pending_keys=pending_keys, pending_counts=pick_pending(merged.pending_counts, shard.pending_counts),
+            pending_last_seen=pick_pending(merged.pending_last_seen, shard.pending_last_seen))
     clocks = [s.clock for s in states if s.clock is not None]
     sources = {s.clock_source for s in states if s.clock_source is not None}
     return dataclasses.replace(merged, clock=max(clocks) if clocks else None,
