@@ -26,8 +26,8 @@ from ..contract import Store
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
 from .collective import TableCollective, attempt
 from .comm import Communicator, gather_rows, world
-from .sharded import (agreed_clock, check_apply_steps, check_lookup_headers, config_fields, count_positions,
-                      local_result, routing_for, rows_to_send)
+from .sharded import (agreed_clock, check_apply_steps, check_lookup_headers, config_fields, local_result,
+                      routing_for, rows_to_send)
 
 # statistics a replica counts over every rank's batch (SHARD-17)
 _TABLE_POSITIONS = ("key_positions", "padding_positions", "default_positions", "grad_rows_dropped")
