@@ -14,10 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mxrec_ref.config import TableConfig
-from mxrec_ref.distributed import ShardedStore, VirtualWorld, merge_states, owner_of, route, slice_state
+from mxrec_ref.distributed import (ReplicatedStore, ShardedStore, VirtualWorld, merge_states, owner_of, route,
+                                   slice_state)
 from mxrec_ref.distributed import sharded
 from mxrec_ref.distributed.comm import SingleProcess, rank_order_sum
-from mxrec_ref.errors import CapacityError, KeyInputError, UsageError
+from mxrec_ref.errors import CapacityError, GradientError, KeyInputError, MxrecError, UsageError
 from mxrec_ref.optimizers import SGD, Adagrad, LazyAdam
 from mxrec_ref.state import PADDING_KEY
 from mxrec_ref.store import open_store
@@ -100,14 +101,26 @@ def test_shard_2_padding_never_leaves_the_rank_and_each_key_lives_on_its_owner(b
 @given(keys=st.lists(st.integers(-2**63, 2**63 - 1) | st.integers(-5, 40), max_size=60),
        ranks=st.integers(1, 7), weighted=st.booleans())
 def test_shard_2_the_routing_kernels_equal_their_numpy_versions(keys, ranks, weighted):
-    if sharded._route is None:
-        pytest.skip("cext/_route.pyx is not built")
+    """The fast twins (mxrec_ref/fast/sharding.py, cext/_route.pyx) against the reference's functions of the
+    same names (distributed/sharded.py: numpy's stable sort, LKP-2's dictionary walk)."""
+    fast_sharding = pytest.importorskip("mxrec_ref.fast.sharding", reason="the C extensions are not built")
     keys = np.array(keys, dtype=np.int64)
     counts = np.arange(1, keys.size + 1, dtype=np.int64) if weighted else None
-    for fast, slow in zip(sharded.dedup(keys, counts), sharded.dedup_numpy(keys, counts)):
-        assert fast.dtype == np.int64 and fast.tolist() == slow.tolist()
-    for fast, slow in zip(sharded.route(keys, ranks), sharded.route_numpy(keys, ranks)):
+    for fast, slow in zip(fast_sharding.dedup(keys, counts), sharded.dedup(keys, counts)):
+        assert fast.dtype == np.int64 and slow.dtype == np.int64 and fast.tolist() == slow.tolist()
+    for fast, slow in zip(fast_sharding.route(keys, ranks), sharded.route(keys, ranks)):
         assert fast.tolist() == slow.tolist()
+
+
+def test_shard_2_a_table_routes_with_the_twins_of_its_shards_backend(backend):
+    """The reference's routing is pure Python and numpy, whether or not the extension is built; a table whose
+    shards are fast stores routes with the C kernels."""
+    store = ShardedStore(open_store(config(), backend=backend), SingleProcess())
+    modules = (store.routing.route.__module__, store.routing.dedup.__module__)
+    if backend == "fast":
+        assert modules == ("mxrec_ref.fast.sharding", "mxrec_ref.fast.sharding")
+    else:
+        assert modules == ("mxrec_ref.distributed.sharded", "mxrec_ref.ref.lookup")     # LKP-2's reference
 
 
 # ----------------------------------------------------------------------------- SHARD-3
@@ -228,6 +241,31 @@ def test_shard_8_a_bad_argument_on_one_rank_fails_every_rank_without_a_hang(back
     assert out[1][0] == "KeyInputError"
     assert out[0][0] == "UsageError" and "lookup: rank 1 of 2 failed this call" in out[0][1]
     assert out[0][2].keys.tolist() == [3]
+
+
+@pytest.mark.parametrize("layout", [ShardedStore, ReplicatedStore], ids=["sharded", "replicated"])
+@pytest.mark.parametrize("call", ["lookup", "apply_gradients", "evict"])
+def test_shard_8_each_checked_call_fails_every_rank_on_one_ranks_bad_argument(backend, layout, call):
+    """The collective guard (distributed/collective.py) around every call the contract checks first, on both
+    layouts: rank 1's argument fails the contract's check before any collective; rank 1 raises its own error,
+    rank 0 a UsageError naming rank 1 and the call, nothing changes, and the next call works."""
+    def job(rank, comm):
+        store = layout(open_store(config(access_threshold=1), backend=backend), comm)
+        result = store.lookup([1, 2, 3], step=0)
+        before, bad = store.export(), rank == 1
+        calls = {"lookup": lambda: store.lookup(np.array([1.5]) if bad else [4], step=1),
+                 "apply_gradients": lambda: store.apply_gradients(result, np.ones((3, DIM + bad), np.float32), step=1),
+                 "evict": lambda: store.evict(now="soon" if bad else 10)}
+        with pytest.raises(MxrecError) as raised:
+            calls[call]()
+        after = store.export()
+        store.lookup([5], step=2)
+        return type(raised.value), str(raised.value), before, after
+
+    (kind_0, message_0, before, after), (kind_1, _, _, _) = VirtualWorld(2).run(job)
+    assert kind_1 is {"lookup": KeyInputError, "apply_gradients": GradientError, "evict": UsageError}[call]
+    assert kind_0 is UsageError and f"{call}: rank 1 of 2 failed this call" in message_0, message_0
+    assert after.equals(before)
 
 
 def test_shard_8_ranks_that_disagree_on_the_step_raise_naming_every_rank(backend):

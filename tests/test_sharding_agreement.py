@@ -118,10 +118,10 @@ def test_shard_22_a_rank_that_skipped_a_call_is_named_by_its_counter(trained):
     world, stores, contexts = trained
     on_both(world, [lambda: None, lambda: None])
     store_0, store_1 = stores
-    calls_0 = store_0._calls
+    calls_0 = store_0.collective.calls
 
     def rank_0():
-        store_0._calls += 1             # as if rank 0 had made one call that rank 1 skipped
+        store_0.collective.calls += 1   # as if rank 0 had made one call that rank 1 skipped
         return store_0.table_clock()
 
     outcomes = on_both(world, [rank_0, store_1.table_clock])

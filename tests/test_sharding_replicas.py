@@ -212,8 +212,8 @@ def test_shard_18_saved_once_by_rank_0_and_loaded_whole_on_any_rank_count(backen
 
 
 def test_shard_18_every_checkpoint_method_of_a_sharded_table_is_a_replicas_own():
-    """A replica inherits the sharded table's collective plumbing, never its checkpoint code (which writes
-    and reads owners' slices): a checkpoint method added to ShardedStore must be overridden here too."""
+    """A replica shares the sharded table's collective plumbing (TableCollective), never its checkpoint code
+    (which writes and reads owners' slices): a checkpoint method of ShardedStore has a replica's own twin."""
     words = ("save", "load", "warm", "export", "import", "checkpoint", "slice", "write", "read", "merge")
     checkpointing = {name for name, value in vars(ShardedStore).items()
                      if callable(value) and any(word in name for word in words)}
