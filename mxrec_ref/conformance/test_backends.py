@@ -142,7 +142,7 @@ def _truncated_normal_z(u: float) -> float:
     q = (u - 0.5) * 0.9544997361036416
     if abs(q) <= 0.425:
         r = 0.180625 - q * q
-        z = (q * _poly(initializers._CENTRAL_NUM, r)) / _poly(initializers._CENTRAL_DEN, r)
+        z = (q * _poly(initializers.CENTRAL_NUM, r)) / _poly(initializers.CENTRAL_DEN, r)
     else:
         m, e = math.frexp(0.5 - abs(q))
         if m < 0.7071067811865476:
@@ -150,7 +150,7 @@ def _truncated_normal_z(u: float) -> float:
         s = (m - 1.0) / (m + 1.0)
         log = e * 0.6931471805599453 + (2.0 * s) * _poly([1.0 / (2 * k + 1) for k in range(11, -1, -1)], s * s)
         r = math.sqrt(-log) - 1.6
-        z = _poly(initializers._TAIL_NUM, r) / _poly(initializers._TAIL_DEN, r)
+        z = _poly(initializers.TAIL_NUM, r) / _poly(initializers.TAIL_DEN, r)
         z = -z if q < 0.0 else z
     return min(max(z, -2.0), 2.0)
 

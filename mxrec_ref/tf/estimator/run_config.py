@@ -68,6 +68,11 @@ class RunConfig:
     session_config = property(lambda self: self._session_config)
     keep_checkpoint_max = property(lambda self: self._keep_checkpoint_max)
     keep_checkpoint_every_n_hours = property(lambda self: self._keep_checkpoint_every_n_hours)
+
+    def set_session_config(self, session_config) -> None:
+        """Replace the session config in place: what the NPU adapter's ``npu_run_config_init`` does to the
+        RunConfig it is given (TF-29), where ``replace`` would return a copy."""
+        self._session_config = session_config
     log_step_count_steps = property(lambda self: self._log_step_count_steps)
     train_distribute = property(lambda self: self._train_distribute)
     eval_distribute = property(lambda self: self._eval_distribute)
@@ -98,7 +103,5 @@ class RunConfig:
             raise ValueError("RunConfig: save_checkpoints_steps, save_checkpoints_secs: give at most one of them")
         new = copy.copy(self)
         for key, value in kwargs.items():
-            setattr(new, f"_{key}", None if key == "model_dir" and value is None else value)
-        if "model_dir" in kwargs and kwargs["model_dir"] is not None:
-            new._model_dir = str(kwargs["model_dir"])
+            setattr(new, f"_{key}", str(value) if key == "model_dir" and value is not None else value)
         return new
