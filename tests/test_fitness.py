@@ -6,7 +6,8 @@ protocol, ``Store.import_state``, the checkpoint package's reader and writer).  
 the source with ``ast``:
 
 * ``X._name`` where ``X`` is not ``self``, ``cls`` or ``super()`` (dunder names such as ``__class__`` are
-  Python's, not private);
+  Python's, not private), and the same spelled ``getattr(X, "_name")`` (or ``setattr``, ``hasattr``,
+  ``delattr``) with the name written out;
 * ``from m import _name``, except the package's compiled extension modules (``_fast``, ``_route``,
   one per ``cext/*.pyx``): they are modules named with an underscore by the convention CPython uses
   for ``_heapq`` behind ``heapq`` (the underscore says "use the module that wraps me"), and importing a
@@ -45,6 +46,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "TensorFlow has no public way to add control inputs to an op that already exists",
     ("tf/graph_edit.py", "op._remove_all_control_inputs"):
         "TensorFlow has no public way to remove an existing op's control inputs",
+    ("tf/graph_modifier.py", "getattr(iterator, '_iterator_resource')"):
+        "a TF1 iterator exposes its resource tensor (what graph modification keys its dataset by) only as "
+        "_iterator_resource",
 }
 
 
@@ -54,11 +58,19 @@ def private_accesses(source: str, filename: str = "<source>") -> list[tuple[int,
     for node in ast.walk(ast.parse(source, filename)):
         if isinstance(node, ast.Attribute) and _is_private(node.attr) and not _is_own(node.value):
             found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ATTRIBUTE_FUNCTIONS \
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
+                and isinstance(node.args[1].value, str) and _is_private(node.args[1].value) \
+                and not _is_own(node.args[0]):
+            found.append((node.lineno, f"{node.func.id}({ast.unparse(node.args[0])}, {node.args[1].value!r})"))
         elif isinstance(node, ast.ImportFrom):
             found.extend((node.lineno, f"from {'.' * node.level}{node.module or ''} import {alias.name}")
                          for alias in node.names
                          if _is_private(alias.name) and alias.name not in EXTENSION_MODULES)
     return sorted(found)
+
+
+ATTRIBUTE_FUNCTIONS = ("getattr", "setattr", "hasattr", "delattr")
 
 
 def _is_private(name: str) -> bool:
@@ -124,10 +136,15 @@ def test_the_scanner_finds_a_planted_violation():
               "        return self._inner._size() + len(self.__dict__) + self.inner.__class__.__name__\n"
               "    def lock(self, other):\n"
               "        with other.local._lock:\n"
-              "            return other._state\n")
+              "            return other._state\n"
+              "    def spelled(self, other, key):\n"
+              "        setattr(self, '_own', getattr(other, '_hidden', None))\n"
+              "        return hasattr(other.inner, '_x'), getattr(other, f'_{key}'), getattr(other, 'public')\n")
     assert private_accesses(source) == [(1, "from mxrec_ref.checkpoint import _write_file"),
                                         (11, "self._inner._size"),
                                         (13, "other.local._lock"),
-                                        (14, "other._state")]
+                                        (14, "other._state"),
+                                        (16, "getattr(other, '_hidden')"),
+                                        (17, "hasattr(other.inner, '_x')")]
     assert EXTENSION_MODULES >= {"_fast", "_route"}
     assert "1 mxrec_ref/x.py" in report({"x.py": [(14, "other._state")]})
