@@ -68,11 +68,6 @@ class RunConfig:
     session_config = property(lambda self: self._session_config)
     keep_checkpoint_max = property(lambda self: self._keep_checkpoint_max)
     keep_checkpoint_every_n_hours = property(lambda self: self._keep_checkpoint_every_n_hours)
-
-    def set_session_config(self, session_config) -> None:
-        """Replace the session config in place: what the NPU adapter's ``npu_run_config_init`` does to the
-        RunConfig it is given (TF-29), where ``replace`` would return a copy."""
-        self._session_config = session_config
     log_step_count_steps = property(lambda self: self._log_step_count_steps)
     train_distribute = property(lambda self: self._train_distribute)
     eval_distribute = property(lambda self: self._eval_distribute)
@@ -87,6 +82,11 @@ class RunConfig:
                     "keep_checkpoint_every_n_hours", "log_step_count_steps", "train_distribute", "device_fn",
                     "protocol", "eval_distribute", "experimental_distribute", "experimental_max_worker_delay_secs",
                     "session_creation_timeout_secs", "checkpoint_save_graph_def")
+
+    def set_session_config(self, session_config) -> None:
+        """Replace the session config in place: what the NPU adapter's ``npu_run_config_init`` does to the
+        RunConfig it is given (TF-29), where ``replace`` would return a copy."""
+        self._session_config = session_config
 
     def replace(self, **kwargs) -> "RunConfig":
         """A copy with ``kwargs`` changed (TF's ``replace``): only RunConfig's own arguments."""
