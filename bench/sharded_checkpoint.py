@@ -75,8 +75,7 @@ def main(folder: str, keys: int) -> None:
         return ShardedStore(open_store(config, optimizer, backend="fast"), comm)
 
     store = fresh()
-    with store.local._lock:
-        store.local._import_state(owned_state(keys, comm.rank, comm.size, optimizer))
+    store.local.import_state(owned_state(keys, comm.rank, comm.size, optimizer))
     sliced, gathered = f"{folder}/sliced-{comm.size}", f"{folder}/gathered-{comm.size}"
     out = {}
 
@@ -99,8 +98,7 @@ def main(folder: str, keys: int) -> None:
         state = checkpoint.read_table(gathered, config, optimizer)
         mine = slice_state(state, comm.rank, comm.size)
         del state
-        with target.local._lock:
-            target.local._import_state(mine)
+        target.local.import_state(mine)
 
     out["load gathered"] = measured(comm, gathered_load)
     everyone = comm.allgather(out)

@@ -34,18 +34,18 @@ _MIX2 = np.uint64(HASH_CONSTANTS["mix2"])
 _KEY_STRIDE = np.uint64(HASH_CONSTANTS["key_stride"])
 _TRUNCATION = 2.0  # stddevs, as tf.keras.initializers.TruncatedNormal
 # INIT-6's constants; cext/_initializers.pxi repeats them digit for digit (a twin test holds the bits equal).
-_NORMAL_MASS_WITHIN_2 = 0.9544997361036416   # Phi(2) - Phi(-2) = erf(sqrt(2))
+NORMAL_MASS_WITHIN_2 = 0.9544997361036416   # Phi(2) - Phi(-2) = erf(sqrt(2))
 # Wichura's AS241 (PPND16) rational approximations of the normal quantile, highest degree first.
-_CENTRAL_NUM = (2.5090809287301226727e3, 3.3430575583588128105e4, 6.7265770927008700853e4,
+CENTRAL_NUM = (2.5090809287301226727e3, 3.3430575583588128105e4, 6.7265770927008700853e4,
                 4.5921953931549871457e4, 1.3731693765509461125e4, 1.9715909503065514427e3,
                 1.3314166789178437745e2, 3.3871328727963666080e0)
-_CENTRAL_DEN = (5.2264952788528545610e3, 2.8729085735721942674e4, 3.9307895800092710610e4,
+CENTRAL_DEN = (5.2264952788528545610e3, 2.8729085735721942674e4, 3.9307895800092710610e4,
                 2.1213794301586595867e4, 5.3941960214247511077e3, 6.8718700749205790830e2,
                 4.2313330701600911252e1, 1.0)
-_TAIL_NUM = (7.74545014278341407640e-4, 2.27238449892691845833e-2, 2.41780725177450611770e-1,
+TAIL_NUM = (7.74545014278341407640e-4, 2.27238449892691845833e-2, 2.41780725177450611770e-1,
              1.27045825245236838258e0, 3.64784832476320460504e0, 5.76949722146069140550e0,
              4.63033784615654529590e0, 1.42343711074968357734e0)
-_TAIL_DEN = (1.05075007164441684324e-9, 5.47593808499534494600e-4, 1.51986665636164571966e-2,
+TAIL_DEN = (1.05075007164441684324e-9, 5.47593808499534494600e-4, 1.51986665636164571966e-2,
              1.48103976427480074590e-1, 6.89767334985100004550e-1, 1.67638483018380384940e0,
              2.05319162663775882187e0, 1.0)
 # log(m) = 2 atanh(s) = 2 s (1 + s^2/3 + s^4/5 + ...), s = (m-1)/(m+1), |s| <= 0.1716: 12 terms
@@ -131,15 +131,15 @@ def fixed_log(x: np.ndarray) -> np.ndarray:
 def truncated_normal_z(u: np.ndarray) -> np.ndarray:
     """INIT-6: the standard normal truncated to [-2, 2] at the uniform u in [0, 1), by the
     inverse CDF (AS241) -- so no element is ever redrawn.  Float64, fixed operation order."""
-    q = (u - 0.5) * _NORMAL_MASS_WITHIN_2                # p - 1/2, with p = Phi(-2) + u * mass
+    q = (u - 0.5) * NORMAL_MASS_WITHIN_2                # p - 1/2, with p = Phi(-2) + u * mass
     central = np.abs(q) <= 0.425
     z = np.empty_like(q)
     qc = q[central]
     r = 0.180625 - qc * qc
-    z[central] = (qc * _horner(_CENTRAL_NUM, r)) / _horner(_CENTRAL_DEN, r)
+    z[central] = (qc * _horner(CENTRAL_NUM, r)) / _horner(CENTRAL_DEN, r)
     qt = q[~central]
     r = np.sqrt(-fixed_log(0.5 - np.abs(qt))) - 1.6
-    tail = _horner(_TAIL_NUM, r) / _horner(_TAIL_DEN, r)
+    tail = _horner(TAIL_NUM, r) / _horner(TAIL_DEN, r)
     z[~central] = np.where(qt < 0.0, -tail, tail)
     return np.minimum(np.maximum(z, -_TRUNCATION), _TRUNCATION)
 

@@ -101,6 +101,26 @@ def test_plan_4_host_and_disk_sizes_and_the_spill_step():
     assert item.sizes.ssd == recommend.with_margin(int(item.trace.placement["disk_rows"].max()), 0.1)
 
 
+def test_plan_4_an_ssd_table_over_two_owners_spills_into_each_owner_folder(monkeypatch):
+    """PLAN-4 on two owner ranks: each owner's store opens as a job's rank opens it (backends.rank_config,
+    SHARD-14), its SSD files in its own rank<r> folder of one temporary folder, and both owners spill."""
+    opened = []
+
+    def recording_open_store(config, *args, **kwargs):
+        opened.append(config.ssd_data_path)
+        return open_store(config, *args, **kwargs)
+
+    monkeypatch.setattr(replay, "open_store", recording_open_store)
+    s = sample()
+    sched = replay.schedule(s, batch_size=8, ranks=2)        # 32 steps: enough keys per owner to spill
+    plan = recommend.plan_table(s, planned(eviction_threshold=None)[1], sched, storage="ssd", margin=0.1,
+                                backend="fast", curves=False)
+    assert [path[-1].split("/")[-1] for path in opened] == ["rank0", "rank1"]
+    assert opened[0][0].rsplit("/", 1)[0] == opened[1][0].rsplit("/", 1)[0]
+    assert (plan.trace.placement["disk_rows"].max(axis=0) > 0).all()
+    assert plan.sizes.spill_step is not None
+
+
 def test_plan_6_curves_over_alternative_thresholds():
     """PLAN-6: admission off holds every key seen; a higher access threshold never holds more; a longer
     eviction threshold never holds fewer."""

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from mxrec_ref import Adagrad, Initializer, TableConfig, hot, initializers
-from mxrec_ref.ref import lookup as ref_lookup
+from mxrec_ref.ref import admission as ref_admission, lookup as ref_lookup
+from mxrec_ref.ref.table import Table
 
 from .machines import RefVersusFast
 from .plugin import backends_under_test, require_fast
@@ -76,10 +77,20 @@ def test_be_1_agrees_on_a_fixed_admission_and_eviction_sequence(other_backend):
 # The kernels each backend has twice, under one name, checked by one test class bound to each
 # implementation in turn (as CPython's test_heapq binds its tests to heapq.py and to _heapq):
 # every test compares with an oracle written here from the spec, not with the other backend.
+# The stateful twins (dedup, plan_train, commit_train, gather, position_stats, pad, row_handles)
+# take the same arguments on both sides (tests/test_rule_index.py compares their signatures); the
+# state they read and change is what ``new_state`` makes: the reference's Table or the fast FastCore.
 
 def _reference_kernels() -> SimpleNamespace:
     return SimpleNamespace(
+        new_state=lambda dim, slot_initial_values: Table(dim, tuple(slot_initial_values), slot_initial_values),
         dedup=ref_lookup.dedup,
+        plan_train=ref_admission.plan_train,
+        commit_train=ref_admission.commit_train,
+        gather=ref_lookup.gather,
+        position_stats=ref_lookup.position_stats,
+        pad=ref_lookup.pad,
+        row_handles=ref_lookup.row_handles,
         mix_bits=initializers.mix_bits,
         initial_rows=initializers.initial_rows,
         truncated_normal_rows=initializers.truncated_normal_rows,
@@ -98,7 +109,8 @@ def _fast_kernels() -> SimpleNamespace:
     require_fast()
     # local, as below: the fast path may not be built (require_fast skips or fails first)
     from mxrec_ref import _fast
-    from mxrec_ref.fast import hot as fast_hot, initializers as fast_initializers   # local: as above
+    from mxrec_ref.fast import admission as fast_admission, hot as fast_hot, initializers as fast_initializers, \
+        lookup as fast_lookup   # local: as above
 
     def choose_hot(keys, counts, n):
         """The fast refresh's path: the core's candidates, then the shared policy (HOT-2)."""
@@ -108,7 +120,14 @@ def _fast_kernels() -> SimpleNamespace:
         return hot.choose_hot_keys(*fast_hot.hot_candidates(*_fast.hot_candidates(core, n), n), n)
 
     return SimpleNamespace(
-        dedup=lambda keys, counts: _fast.dedup(_fast.FastCore(1, []), keys, counts),
+        new_state=lambda dim, slot_initial_values: _fast.FastCore(dim, list(slot_initial_values.values())),
+        dedup=fast_lookup.dedup,
+        plan_train=fast_admission.plan_train,
+        commit_train=fast_admission.commit_train,
+        gather=fast_lookup.gather,
+        position_stats=fast_lookup.position_stats,
+        pad=fast_lookup.pad,
+        row_handles=fast_lookup.row_handles,
         mix_bits=fast_initializers.mix_bits,
         initial_rows=fast_initializers.initial_rows,
         truncated_normal_rows=_fast.truncated_normal_rows,
@@ -142,7 +161,7 @@ def _truncated_normal_z(u: float) -> float:
     q = (u - 0.5) * 0.9544997361036416
     if abs(q) <= 0.425:
         r = 0.180625 - q * q
-        z = (q * _poly(initializers._CENTRAL_NUM, r)) / _poly(initializers._CENTRAL_DEN, r)
+        z = (q * _poly(initializers.CENTRAL_NUM, r)) / _poly(initializers.CENTRAL_DEN, r)
     else:
         m, e = math.frexp(0.5 - abs(q))
         if m < 0.7071067811865476:
@@ -150,7 +169,7 @@ def _truncated_normal_z(u: float) -> float:
         s = (m - 1.0) / (m + 1.0)
         log = e * 0.6931471805599453 + (2.0 * s) * _poly([1.0 / (2 * k + 1) for k in range(11, -1, -1)], s * s)
         r = math.sqrt(-log) - 1.6
-        z = _poly(initializers._TAIL_NUM, r) / _poly(initializers._TAIL_DEN, r)
+        z = _poly(initializers.TAIL_NUM, r) / _poly(initializers.TAIL_DEN, r)
         z = -z if q < 0.0 else z
     return min(max(z, -2.0), 2.0)
 
@@ -182,7 +201,8 @@ class KernelTwins:
         weights = data.draw(st.lists(st.integers(1, 2**31 - 1), min_size=len(keys), max_size=len(keys))) \
             if weighted else [1] * len(keys)
         array = np.array(keys, dtype=np.int64)
-        unique, inverse, occurrences = kernels.dedup(array, np.array(weights, dtype=np.int64) if weighted else None)
+        unique, inverse, occurrences = kernels.dedup(kernels.new_state(1, {}), array,
+                                                     np.array(weights, dtype=np.int64) if weighted else None)
         expected = list(dict.fromkeys(keys))
         assert unique.tolist() == expected
         assert unique[inverse].tolist() == keys
@@ -190,6 +210,48 @@ class KernelTwins:
         for key, weight in zip(keys, weights):
             sums[key] += weight
         assert occurrences.tolist() == [sums[key] for key in expected]
+
+    @settings(TWINS, max_examples=40)
+    @given(batches=st.lists(st.lists(st.integers(-1, 9), max_size=12), min_size=1, max_size=5),
+           coefficient=st.integers(1, 2), threshold=st.integers(1, 4), extra=st.integers(0, 3))
+    def test_adm_2_training_lookups_planned_committed_and_gathered(self, kernels, batches, coefficient, threshold,
+                                                                   extra):
+        """ADM-1, ADM-2, ADM-3, ADM-6, EXP-4, LKP-3, LKP-4, LKP-5, ADM-5, STAT-3, EXP-5 through the stateful
+        twins, called alike on both sides: dedup, plan_train, commit_train, gather, position_stats, pad and
+        row_handles on one state, against counts, admissions and rows kept here."""
+        dim, default_row = 2, np.full(2, 0.5, np.float32)
+        state = kernels.new_state(dim, {"accumulator": 0.25})
+        counts, row_of = {}, {}
+        for step, batch in enumerate(batches):
+            keys = np.array(batch, dtype=np.int64)
+            unique, inverse, occurrences = kernels.dedup(state, keys, None)
+            total = len(unique) + extra
+            plan = kernels.plan_train(state, unique, occurrences, coefficient, threshold)
+            admitted_keys = unique[plan.admit]
+            # each admitted key's initial row holds the key itself, so a row shows whose it is
+            init = np.repeat(admitted_keys.astype(np.float32)[:, None], dim, axis=1) if len(admitted_keys) else None
+            rows, admitted, handles = kernels.commit_train(state, plan, step, init, 1 << 10, total, default_row)
+            due = []
+            for key, n in zip(unique.tolist(), occurrences.tolist()):
+                if key == -1:                                       # ADM-6: padding neither counts nor enters
+                    continue
+                counts[key] = counts.get(key, 0) + coefficient * n  # ADM-1
+                if key not in row_of and counts[key] >= threshold:  # ADM-2, ADM-3
+                    due.append(key)
+                    row_of[key] = len(row_of)                       # EXP-4: rows in first-occurrence order
+            assert admitted_keys.tolist() == due
+            assert plan.new_counts.tolist() == [0 if key == -1 else counts[key] for key in unique.tolist()]
+            expected = np.array([[key] * dim if key in row_of else default_row for key in unique.tolist()]
+                                + [default_row] * extra, dtype=np.float32).reshape(total, dim)
+            has_row = [key in row_of for key in unique.tolist()] + [False] * extra
+            assert np.array_equal(rows, expected) and admitted.tolist() == has_row
+            assert handles.tolist() == [row_of.get(key, -1) for key in unique.tolist()] + [-1] * extra
+            again, admitted_again, hot_index = kernels.gather(state, unique, total, default_row)   # LKP-5
+            assert np.array_equal(again, expected) and admitted_again.tolist() == has_row and hot_index is None
+            assert kernels.position_stats(state, keys, inverse, admitted_again, hot_index) == (
+                batch.count(-1), sum(key in row_of for key in batch), 0)
+            assert kernels.pad(unique, total).tolist() == unique.tolist() + [-1] * extra
+            assert kernels.row_handles(state, unique).tolist() == [row_of.get(key, -1) for key in unique.tolist()]
 
     @settings(TWINS, max_examples=40)
     @given(base=st.integers(0, 2**64 - 1), keys=KEYS)

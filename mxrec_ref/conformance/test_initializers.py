@@ -50,7 +50,7 @@ def _normal_cdf(x: float) -> float:
 def test_init_6_truncated_normal_is_the_quantile_of_the_two_sigma_normal():
     """INIT-6: z = Phi^-1(Phi(-2) + u * (Phi(2) - Phi(-2))) to double precision, for uniforms across [0, 1)
     including the central/tail border (|q| = 0.425) and both ends; never outside [-2, 2], odd about u = 1/2."""
-    border = 0.5 + 0.425 / initializers._NORMAL_MASS_WITHIN_2
+    border = 0.5 + 0.425 / initializers.NORMAL_MASS_WITHIN_2
     u = np.concatenate([np.linspace(0.0, 1.0, 4001)[:-1], [1.0 - 2.0**-53, border, 1.0 - border],
                         np.nextafter(border, [0.0, 1.0]), np.nextafter(1.0 - border, [0.0, 1.0])])
     z = initializers.truncated_normal_z(u)

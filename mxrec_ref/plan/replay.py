@@ -9,15 +9,14 @@ lookups and evictions a job makes, recording sizes, tier placement and traffic a
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..backends import open_store
+from ..backends import open_store, rank_config
 from ..config import TableConfig
-from ..distributed import owner_of
+from ..distributed import VirtualWorld, owner_of
 from ..errors import UsageError
 from .sources import Sample
 from .tables import PlannedTable
@@ -112,14 +111,12 @@ def replay_stores(sample: Sample, table: PlannedTable, config: TableConfig, sche
     """Replay ``sched`` through one ``config`` store per owner; an SSD config's files go to a
     temporary folder per owner, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="mxrec-plan-") as folder:
-        stores = []
-        for rank in range(sched.ranks):
-            rank_config = config
-            if config.ssd_vocabulary_size:
-                path = os.path.join(folder, f"rank{rank}")
-                os.makedirs(path)
-                rank_config = dataclasses.replace(config, ssd_data_path=(path,))
-            stores.append(open_store(rank_config, table.optimizer, backend=backend))
+        if config.ssd_vocabulary_size:
+            config = dataclasses.replace(config, ssd_data_path=(folder,))
+        # Each owner's store as a job's rank would open it (its own rank<r> SSD folder, SHARD-14),
+        # driven here without collectives: the replay hands each owner its share itself.
+        stores = [open_store(rank_config(config, owner), table.optimizer, backend=backend)
+                  for owner in VirtualWorld(sched.ranks).communicators()]
         try:
             return _replay(sample, table, sched, stores, config.eviction_enabled)
         finally:

@@ -104,7 +104,7 @@ def from_script(script, script_args=()) -> list[PlannedTable]:
                                  f"Session.run")
             instance = ConfigInitializer.get_instance()
             optimizer = instance.optimizer_instance.store_optimizer if instance.optimizer_instance else None
-            tables = [PlannedTable(table._frozen_config(), (name,), optimizer)   # noqa: SLF001 -- the TF layer's own
+            tables = [PlannedTable(table.frozen_config(), (name,), optimizer)
                       for name, table in instance.tables.items()]
     finally:
         sys.argv, sys.path[:], tf_session.BaseSession.run = saved

@@ -29,12 +29,12 @@ def ensure_rows(table: Table, n_rows: int, capacity: int) -> None:
     table.slots = {name: _grown(array, new) for name, array in table.slots.items()}
 
 
-def fill_row(table: Table, row: int, values: np.ndarray, slot_initial_values: dict[str, float]) -> None:
-    """A new row's values and the optimizer slots' initial values (INIT-1, INIT-5); a reused row
-    keeps nothing of its last key (EVI-4).  A slot without an initial value keeps what the row held
-    (only possible for a custom optimizer)."""
-    table.values[row] = values
-    for name, value in slot_initial_values.items():
+def fill_row(table: Table, row: int, init: np.ndarray) -> None:
+    """A new row's values ``init`` and the optimizer slots' initial values (the table's
+    ``slot_initial_values``; INIT-1, INIT-5); a reused row keeps nothing of its last key (EVI-4).
+    A slot without an initial value keeps what the row held (only possible for a custom optimizer)."""
+    table.values[row] = init
+    for name, value in table.slot_initial_values.items():
         table.slots[name][row] = np.float32(value)
 
 

@@ -18,10 +18,11 @@ def refresh_hot(table: Table, capacity: int) -> None:
     set_hot(table, policy.choose_hot_keys(keys, counts, capacity))
 
 
-def set_hot(table: Table, chosen: np.ndarray) -> None:
-    """The hot set becomes ``chosen`` (in that order) and the block a copy of their rows (HOT-2)."""
-    table.hot = {key: i for i, key in enumerate(chosen.tolist())}
-    table.hot_block = table.values[[table.row_of[k] for k in chosen.tolist()]].reshape(-1, table.dim)
+def set_hot(table: Table, keys: np.ndarray) -> None:
+    """The hot set becomes ``keys`` (the chosen ones, in that order) and the block a copy of their rows
+    (HOT-2)."""
+    table.hot = {key: i for i, key in enumerate(keys.tolist())}
+    table.hot_block = table.values[[table.row_of[k] for k in keys.tolist()]].reshape(-1, table.dim)
 
 
 def write_through(table: Table, keys) -> None:

@@ -1,4 +1,4 @@
-"""The reference's lookup rules (spec/lookup.md): dedup, gather and padding.
+"""The reference's lookup rules (spec/lookup.md): dedup, gather, position counts and padding.
 
 The fast twins carry the same names in mxrec_ref/fast/lookup.py and cext/_lookup.pxi.
 """
@@ -9,11 +9,15 @@ import numpy as np
 from ..state import PADDING_KEY
 from .table import Table
 
+NOT_HOT = -1   # the hot index of a key outside the hot set (the fast core's EMPTY)
 
-def dedup(keys: np.ndarray, counts: np.ndarray | None):
+
+def dedup(table: Table, keys: np.ndarray, weights: np.ndarray | None):
     """Distinct keys in order of first occurrence, the inverse index and the
-    number of accesses of each (LKP-2, LKP-6, ADM-2) -- a dictionary walk, no sorting."""
-    weights = [1] * keys.size if counts is None else counts.tolist()
+    number of accesses of each, ``weights`` (int64 per position) summed or positions counted
+    (LKP-2, LKP-6, ADM-2) -- a dictionary walk, no sorting.  ``table`` is not read (the fast
+    twin's core lends its scratch space); it keeps the twins' signatures alike."""
+    weights = [1] * keys.size if weights is None else weights.tolist()
     index: dict[int, int] = {}
     inverse = np.empty(keys.size, dtype=np.int64)
     occurrences: list[int] = []
@@ -28,43 +32,43 @@ def dedup(keys: np.ndarray, counts: np.ndarray | None):
     return unique, inverse, np.array(occurrences, dtype=np.int64)
 
 
-def gather(table: Table, unique: np.ndarray, default_row: np.ndarray):
-    """(rows, admitted, is_hot) of a lookup's unique keys; changes nothing (LKP-5): a key holding a
-    row gets its stored values (LKP-3), from the hot block when it is hot (HOT-3); the others get
-    the default row (ADM-5)."""
-    rows = np.empty((len(unique), table.dim), dtype=np.float32)
+def gather(table: Table, unique: np.ndarray, total: int, default_row: np.ndarray):
+    """(rows padded to ``total``, admitted, each key's hot index or None without a hot set) of a
+    lookup's unique keys; changes nothing (LKP-5): a key holding a row gets its stored values
+    (LKP-3), from the hot block when it is hot (HOT-3); the others and the padding past the unique
+    keys get the default row (ADM-5, LKP-4).  A key that is not hot has hot index ``NOT_HOT``."""
+    rows = np.empty((max(total, len(unique)), table.dim), dtype=np.float32)
     rows[:] = default_row
-    admitted = np.zeros(len(unique), dtype=bool)
-    is_hot = np.zeros(len(unique), dtype=bool)
+    admitted = np.zeros(len(rows), dtype=bool)
+    hot_index = np.full(len(unique), NOT_HOT, dtype=np.int32)
     for i, key in enumerate(unique.tolist()):
         if key in table.hot:
-            rows[i] = table.hot_block[table.hot[key]]
-            is_hot[i] = True
+            hot_index[i] = table.hot[key]
+            rows[i] = table.hot_block[hot_index[i]]
         row = table.row_of.get(key)
         if row is not None:
             admitted[i] = True
-            if not is_hot[i]:
+            if hot_index[i] == NOT_HOT:
                 rows[i] = table.values[row]
-    return rows, admitted, is_hot
+    return rows, admitted, (hot_index if table.hot and len(unique) else None)
 
 
-def position_stats(keys: np.ndarray, inverse: np.ndarray, admitted: np.ndarray, is_hot: np.ndarray):
-    """(padding positions, positions answered from a row, positions of hot keys) (STAT-3, HOT-4)."""
+def position_stats(table: Table, keys: np.ndarray, inverse: np.ndarray, admitted: np.ndarray,
+                   hot_index: np.ndarray | None):
+    """(padding positions, positions answered from a row, positions of hot keys) (STAT-3, HOT-4);
+    ``hot_index``: each unique key's hot index from gather or plan_train, or None (no key is hot).
+    ``table`` is not read: counting is per position."""
     padding = int(np.count_nonzero(keys == PADDING_KEY))
     with_row = int(np.count_nonzero(admitted[inverse])) if keys.size else 0
-    hot_hits = int(np.count_nonzero(is_hot[inverse])) if keys.size else 0
+    hot_hits = int(np.count_nonzero(hot_index[inverse] != NOT_HOT)) if keys.size and hot_index is not None else 0
     return padding, with_row, hot_hits
 
 
-def pad(unique: np.ndarray, rows: np.ndarray, admitted: np.ndarray, pad_to: int | None, default_row: np.ndarray):
-    """LKP-4: a static-shape lookup pads its outputs to ``pad_to`` with key -1 and default rows."""
-    n_unique = len(unique)
-    if pad_to is None or pad_to <= n_unique:
-        return unique, rows, admitted
-    extra = pad_to - n_unique
-    return (np.concatenate([unique, np.full(extra, PADDING_KEY, dtype=np.int64)]),
-            np.concatenate([rows, np.tile(default_row, (extra, 1))]),
-            np.concatenate([admitted, np.zeros(extra, dtype=bool)]))
+def pad(unique: np.ndarray, total: int) -> np.ndarray:
+    """LKP-4: the unique keys padded to ``total`` with key -1 (gather padded the rows and admitted)."""
+    if total > len(unique):
+        unique = np.concatenate([unique, np.full(total - len(unique), PADDING_KEY, dtype=np.int64)])
+    return unique
 
 
 def row_handles(table: Table, keys: np.ndarray) -> np.ndarray:

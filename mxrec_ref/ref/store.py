@@ -35,7 +35,7 @@ class RefStore(InMemoryStore, TierMoves):
         self._reset()
 
     def _reset(self) -> None:
-        self._table = Table(self.config.dim, tuple(self.optimizer.slot_names))
+        self._table = Table(self.config.dim, tuple(self.optimizer.slot_names), self.optimizer.slot_initial_values())
         self.clock: int | None = None
         self.clock_source: str | None = None
 
@@ -44,41 +44,50 @@ class RefStore(InMemoryStore, TierMoves):
         return self.lookup_deduped(self.dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
 
     def dedup(self, keys, counts):
-        return lookup.dedup(keys, counts)                                         # LKP-2
+        return lookup.dedup(self._table, keys, counts)                            # LKP-2
 
     def lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
         table, default_row = self._table, self.config.default_row()
         unique, inverse, occurrences = deduped
-        self._check_send_count(len(unique), pad_to)                               # LKP-4
+        n_unique = len(unique)
+        self._check_send_count(n_unique, pad_to)                                  # LKP-4
+        total = n_unique if pad_to is None else max(pad_to, n_unique)
         if train:
-            self._train_lookup(unique, occurrences, step, timestamp)
-        rows, admitted, is_hot = lookup.gather(table, unique, default_row)        # LKP-3, HOT-3
-        padding, with_row, hot_hits = lookup.position_stats(keys, inverse, admitted, is_hot)
+            rows, admitted, hot_index = self._train_lookup(unique, occurrences, step, timestamp, total)
+        else:
+            rows, admitted, hot_index = lookup.gather(table, unique, total, default_row)   # LKP-3, LKP-5, HOT-3
+        padding, with_row, hot_hits = lookup.position_stats(table, keys, inverse, admitted, hot_index)
         self._count_positions(train, keys.size, padding, with_row)                # STAT-3
         self._counters["hot_hit_positions"] += hot_hits                           # HOT-4
         self._refresh_hot_if_due(train)                                           # HOT-2
-        n_unique = len(unique)
-        unique, rows, admitted = lookup.pad(unique, rows, admitted, pad_to, default_row)
+        unique = lookup.pad(unique, total)
         return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
                             n_unique, id(self))
 
-    def _train_lookup(self, unique, occurrences, step, timestamp) -> None:
-        """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4).  All checks
-        happen before the first change."""
+    def _train_lookup(self, unique, occurrences, step, timestamp, total):
+        """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
+        (rows, admitted, hot index of each unique key or None).  All checks happen before the
+        first change."""
         clock, source = self._training_clock(step, timestamp)                     # CON-5
-        new_counts, to_admit = admission.plan_train(self._table, unique, occurrences,
-                                                    self.effective_coefficient(), self._admit_threshold())
-        self._reserve(len(to_admit))                                              # EXP-2, EXP-3
+        plan = admission.plan_train(self._table, unique, occurrences, self.effective_coefficient(),
+                                    self._admit_threshold())
+        admit = plan.admit
+        self._reserve(len(admit))                                                 # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
-        init = initial_rows(self.config, np.array(to_admit, dtype=np.int64)) if to_admit else None
+        init = initial_rows(self.config, unique[admit]) if len(admit) else None
         self.clock, self.clock_source = clock, source
-        admission.commit_train(self._table, new_counts, to_admit, clock, init, self.optimizer.slot_initial_values(),
-                               self._capacity_rows)
-        self._counters["admitted"] += len(to_admit)
+        rows, admitted, _ = admission.commit_train(self._table, plan, clock, init, self._capacity_rows, total,
+                                                   self.config.default_row())
+        self._counters["admitted"] += len(admit)
         self._counters["train_lookups"] += 1
+        return rows, admitted, plan.hot_index
 
     def _admit_threshold(self) -> int:
         return self.config.admit_threshold
+
+    def _set_optimizer(self, optimizer) -> None:
+        super()._set_optimizer(optimizer)
+        self._table.slot_initial_values = optimizer.slot_initial_values()   # new rows' slots follow it (INIT-5)
 
     def _refresh_hot(self) -> None:
         hot.refresh_hot(self._table, self._hot_capacity)

@@ -14,6 +14,9 @@ import numpy as np
 class Table:
     dim: int
     slot_names: tuple[str, ...]
+    # the optimizer's initial slot values, what a new row's slots start from (INIT-5); the fast
+    # twin's FastCore holds them too
+    slot_initial_values: dict[str, float] = field(default_factory=dict)
     row_of: dict[int, int] = field(default_factory=dict)      # admitted key -> row index
     count: dict[int, int] = field(default_factory=dict)       # every key in the history (admitted and pending)
     last_seen: dict[int, int] = field(default_factory=dict)

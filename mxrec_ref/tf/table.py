@@ -113,7 +113,7 @@ class SparseTable:
         TableConfig(**self._config_args, access_threshold=access_threshold, eviction_threshold=eviction_threshold,
                     faae_coefficient=faae_coefficient)   # raises ConfigError naming the field
         self._admission = wanted
-        self.config = self._frozen_config()
+        self.config = self.frozen_config()
 
     def note_lookup(self, is_train: bool) -> None:
         count_lookup(self, self.table_name, is_train, "sparse_lookup")    # per graph, not per process (TF-17)
@@ -123,7 +123,9 @@ class SparseTable:
         """mxRec's attribute: this table's lookups per mode in the current graph (TF-17)."""
         return lookups_in_graph(self)
 
-    def _frozen_config(self) -> TableConfig:
+    def frozen_config(self) -> TableConfig:
+        """The table's config as it stands now: its arguments, the thresholds its feature specs set and the
+        send_count of its lookups (what its store opens with; the planner sizes it)."""
         extra = {}
         if self._admission is not None:
             extra = dict(zip(("access_threshold", "eviction_threshold", "faae_coefficient"), self._admission))
@@ -145,7 +147,7 @@ class SparseTable:
         with self._store_lock:
             if self._store is None:
                 instance = ConfigInitializer.get_instance()
-                self.config = self._frozen_config()
+                self.config = self.frozen_config()
                 self._store = open_store(   # on several ranks: this rank's shard or replica (SHARD-2, SHARD-16)
                     self.config, store_optimizer, backend=instance.backend, comm=world(), replicated=self.is_dp,
                     divide_gradients=self.all2all_gradients_op == "sum_gradients_and_div_by_ranksize")

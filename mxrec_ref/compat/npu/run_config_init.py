@@ -9,5 +9,5 @@ def npu_run_config_init(run_config=None):
     """``run_config`` (a new NPURunConfig if None) with ``npu_session_config_init`` applied to its
     session config."""
     config = NPURunConfig() if run_config is None else run_config
-    config._session_config = npu_session_config_init(config.session_config)
+    config.set_session_config(npu_session_config_init(config.session_config))
     return config

@@ -83,6 +83,11 @@ class RunConfig:
                     "protocol", "eval_distribute", "experimental_distribute", "experimental_max_worker_delay_secs",
                     "session_creation_timeout_secs", "checkpoint_save_graph_def")
 
+    def set_session_config(self, session_config) -> None:
+        """Replace the session config in place: what the NPU adapter's ``npu_run_config_init`` does to the
+        RunConfig it is given (TF-29), where ``replace`` would return a copy."""
+        self._session_config = session_config
+
     def replace(self, **kwargs) -> "RunConfig":
         """A copy with ``kwargs`` changed (TF's ``replace``): only RunConfig's own arguments."""
         unknown = sorted(set(kwargs) - set(self._REPLACEABLE))
@@ -98,7 +103,5 @@ class RunConfig:
             raise ValueError("RunConfig: save_checkpoints_steps, save_checkpoints_secs: give at most one of them")
         new = copy.copy(self)
         for key, value in kwargs.items():
-            setattr(new, f"_{key}", None if key == "model_dir" and value is None else value)
-        if "model_dir" in kwargs and kwargs["model_dir"] is not None:
-            new._model_dir = str(kwargs["model_dir"])
+            setattr(new, f"_{key}", str(value) if key == "model_dir" and value is not None else value)
         return new
