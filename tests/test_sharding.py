@@ -120,7 +120,7 @@ def test_shard_2_a_table_routes_with_the_twins_of_its_shards_backend(backend):
     if backend == "fast":
         assert modules == ("mxrec_ref.fast.sharding", "mxrec_ref.fast.sharding")
     else:
-        assert modules == ("mxrec_ref.distributed.sharded", "mxrec_ref.ref.lookup")     # LKP-2's reference
+        assert modules == ("mxrec_ref.distributed.sharded", "mxrec_ref.distributed.sharded")  # over LKP-2's reference
 
 
 # ----------------------------------------------------------------------------- SHARD-3

@@ -30,7 +30,8 @@ import numpy as np
 from .. import hot
 from ..contract import Store, sum_duplicates
 from ..errors import UsageError
-from ..ref.lookup import dedup, pad, position_stats
+from ..ref import lookup as reference_lookup
+from ..ref.lookup import NOT_HOT, pad, position_stats
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
 # the one key-order merge; still private in state.py, which is not this branch's file (public at the merge)
 from ..state import _merge_in_key_order as merge_in_key_order
@@ -85,6 +86,11 @@ def routing_for(local: Store) -> Routing:
     return Routing(route, dedup)
 
 
+def dedup(keys: np.ndarray, counts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """LKP-2's reference dedup of a batch (no table: routing happens before any owner is asked)."""
+    return reference_lookup.dedup(None, keys, counts)
+
+
 # ------------------------------------------------------------------ what every table on several ranks shares
 def check_lookup_headers(headers: list[dict], table: str, train: bool) -> tuple[int | None, int | None]:
     """Every rank runs the same lookup (SHARD-8) and fits send_count (SHARD-4); the batch timestamp is the
@@ -114,7 +120,8 @@ def check_apply_steps(headers: list[dict], table: str) -> None:
 def count_positions(positions: dict[str, int], keys: np.ndarray, inverse: np.ndarray, admitted: np.ndarray,
                     is_hot: np.ndarray) -> None:
     """STAT-3 and HOT-4 over this rank's batch (the owners see deduplicated keys), added to ``positions``."""
-    padding, with_row, hot_hits = position_stats(keys, inverse, admitted, is_hot)
+    hot_index = np.where(is_hot, 0, NOT_HOT).astype(np.int32) if is_hot.any() else None
+    padding, with_row, hot_hits = position_stats(None, keys, inverse, admitted, hot_index)
     real = keys.size - padding
     positions["key_positions"] += real
     positions["padding_positions"] += padding
@@ -126,7 +133,11 @@ def local_result(store: Store, unique, rows, inverse, admitted, train: bool, pad
     """A lookup's result on this rank, its unique keys padded to ``pad_to`` with PADDING_KEY and default
     rows (LKP-4)."""
     n_unique = len(unique)
-    unique, rows, admitted = pad(unique, rows, admitted, pad_to, store.config.default_row())
+    total = n_unique if pad_to is None else max(pad_to, n_unique)
+    if total > n_unique:           # the padding positions get the default row, not admitted (LKP-4)
+        rows = np.concatenate([rows, np.broadcast_to(store.config.default_row(), (total - n_unique, rows.shape[1]))])
+        admitted = np.concatenate([admitted, np.zeros(total - n_unique, dtype=bool)])
+    unique = pad(unique, total)
     return LookupResult(store.name, unique, rows, inverse, admitted, train, n_unique, id(store))
 
 
