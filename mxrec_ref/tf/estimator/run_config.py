@@ -98,7 +98,5 @@ class RunConfig:
             raise ValueError("RunConfig: save_checkpoints_steps, save_checkpoints_secs: give at most one of them")
         new = copy.copy(self)
         for key, value in kwargs.items():
-            setattr(new, f"_{key}", None if key == "model_dir" and value is None else value)
-        if "model_dir" in kwargs and kwargs["model_dir"] is not None:
-            new._model_dir = str(kwargs["model_dir"])
+            setattr(new, f"_{key}", str(value) if key == "model_dir" and value is not None else value)
         return new

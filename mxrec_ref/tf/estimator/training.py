@@ -51,13 +51,13 @@ class _EvaluateOnSave(tf.compat.v1.train.CheckpointSaverListener):
         first, self._first = self._first, False
         if first or self._estimator.config.save_checkpoints_steps is None:   # time-based saves: no clock here
             return
-        self._evaluate(global_step_value)
+        self.evaluate_at(global_step_value)
 
     def end(self, session, global_step_value):
         if not self.results or self.results[-1][0] != global_step_value:
-            self._evaluate(global_step_value)
+            self.evaluate_at(global_step_value)
 
-    def _evaluate(self, step):
+    def evaluate_at(self, step):
         metrics = self._estimator.evaluate(self._spec.input_fn, steps=self._spec.steps, hooks=self._spec.hooks,
                                            name=self._spec.name)
         self.results.append((int(metrics[tf.compat.v1.GraphKeys.GLOBAL_STEP]) if step is None else int(step),
@@ -77,5 +77,5 @@ def train_and_evaluate(estimator, train_spec, eval_spec):
     estimator.train(train_spec.input_fn, hooks=train_spec.hooks, max_steps=train_spec.max_steps,
                     saving_listeners=[*train_spec.saving_listeners, listener])
     if not listener.results:     # max_steps already reached: nothing trained, nothing saved
-        listener._evaluate(None)
+        listener.evaluate_at(None)
     return listener.results[-1][1], []
