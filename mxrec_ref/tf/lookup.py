@@ -11,6 +11,10 @@ the sparse optimizer hands those to ``store.apply_gradients``: with the
 lookup's own result when the gradient's keys are that lookup's unique keys
 (TF-18: the lookup op outputs a token for its result), else with the keys,
 which the store merges (several lookups of a table).
+The store call itself (``store_call.py``) is the one the fused call, the graph
+modifier and the Keras layer make too.  A training lookup hands its step and
+token forward as a ``LookupHandle`` on the graph's state (``graph_state.py``),
+which the apply takes as graph inputs (``handed_forward``).
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_featur
 from .graph_modifier import iterator_output_of, record_lookup
 from .graph_state import LookupHandle, existing_state, graph_of, graph_state
 from .keys import int64_keys
-from .store_call import Member, build_call
+from .store_call import MergedShare, Member, build_call  # noqa: F401 -- MergedShare: re-exported
 from .table import SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
