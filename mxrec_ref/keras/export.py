@@ -23,6 +23,7 @@ from .layer import Embedding
 def embedding_layers(model) -> list[Embedding]:
     """The model's Embedding layers, each once, in model order."""
     found, seen = [], set()
+    # noqa: SLF001 -- Keras 3 has no public recursive walk over nested layers (Model.layers is one level)
     for layer in model._flatten_layers(include_self=False, recursive=True):
         if isinstance(layer, Embedding) and id(layer) not in seen:
             seen.add(id(layer))

@@ -12,10 +12,10 @@ KERAS-12).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from ..backends import available_backends, open_store
@@ -24,7 +24,9 @@ from ..distributed.comm import world
 from ..errors import ConfigError, UsageError
 from ..optimizers import SparseOptimizer, optimizer_from_description
 from ..tf.lookup_limit import count_lookup
-from ..tf.table import NO_RESULT, KeptResults, initializer_from_tf
+from ..tf.store_call import OUTPUTS as STORE_OUTPUTS
+from ..tf.store_call import lookup_outputs
+from ..tf.table import KeptResults, initializer_from_tf
 from . import ids as ids_module
 from .optimizer_twin import learning_rate_tensor, sparse_twin
 from .tracking import TableCheckpoint
@@ -168,10 +170,9 @@ class Embedding(keras.layers.Layer):
                 raise UsageError(f"table {self.table_name!r}: timestamp: must be an integer tensor, got "
                                  f"{timestamp.dtype.name}")
             stamp = tf.reduce_max(tf.cast(timestamp, tf.int64))
-        unique_keys, rows, inverse, step_used, token = tf.numpy_function(
-            self._lookup_batch if training else self._eval_batch, [keys, step, stamp],
-            [tf.int64, tf.float32, tf.int64, tf.int64, tf.int64], stateful=True,
-            name=f"{self.table_name}_store_lookup")
+        unique_keys, rows, inverse, _, step_used, token = tf.numpy_function(
+            functools.partial(self._store_lookup, training), [keys, step, stamp], list(STORE_OUTPUTS),
+            stateful=True, name=f"{self.table_name}_store_lookup")
         unique_keys.set_shape([None])
         rows.set_shape([None, self.dim])
         inverse.set_shape(keys.shape)
@@ -181,19 +182,27 @@ class Embedding(keras.layers.Layer):
             tape.record(TrainingLookup(self, unique_keys, rows, step_used, token))
         return ids_module.assemble(layout, rows, inverse, self.combiner, self.dim)
 
-    def _lookup_batch(self, keys, step, stamp):
+    def _store_lookup(self, training: bool, keys, step, stamp) -> tuple:
+        """The lookup's six outputs (``tf.store_call``, the TF layer's one store call)."""
+        return lookup_outputs(self, keys, is_train=training, step=step, timestamp=None if stamp < 0 else int(stamp))
+
+    def lookup_batch(self, keys, *, is_train: bool, step, timestamp=None, pad_to=None):
+        """The store lookup of a batch and the step it used (``store_call.call_store``): a training
+        lookup takes the tape's step, or, where the tape gives none (negative), counts its own
+        (KERAS-3); an evaluation lookup reads no clock (LKP-2) and uses step -1."""
+        if not is_train:
+            return self.store.lookup(keys, train=False), -1
         with self._step_lock:
             step = int(step)
             if step < 0:
                 step = self.train_lookups_run
-            result = self.store.lookup(keys, train=True, step=step, timestamp=None if stamp < 0 else int(stamp))
+            result = self.store.lookup(keys, train=True, step=step, timestamp=timestamp, pad_to=pad_to)
             self.train_lookups_run += 1
-        token = self.kept_results.keep(result)
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(step), np.int64(token)
+        return result, step
 
-    def _eval_batch(self, keys, step, stamp):
-        result = self.store.lookup(keys, train=False)
-        return result.unique_keys, result.rows, result.inverse.reshape(-1), np.int64(-1), np.int64(NO_RESULT)
+    def keep_result(self, result) -> int:
+        """Keep a training lookup's result for its apply (KERAS-12); returns its token."""
+        return self.kept_results.keep(result)
 
     def apply_kept(self, keys, grads, step, token, learning_rate) -> int:
         """The store's apply of this layer's gradient rows for ``keys`` (KERAS-2), run inside the tape's

@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from ..optimizers import SparseOptimizer
 from .config_initializer import ConfigInitializer
+from .graph_edit import replace_control_input, rewire_consumers
 from .lookup import sparse_lookup
-from .optimizers.base import HashOptimizer, _apply_op, table_apply
+from .optimizers.base import HashOptimizer, apply_op, table_apply
 from .table import create_table
 
 _GATHERS = ("ResourceGather",)
@@ -71,10 +72,7 @@ def convert_embedding_variables(variables: dict, optimizer: SparseOptimizer, gra
             for gather in gathers:
                 ids = gather.inputs[1]
                 embeddings = sparse_lookup(table, ids, modify_graph=True, access_and_evict_config=config)
-                for consumer in list(gather.outputs[0].consumers()):
-                    for index, tensor in enumerate(consumer.inputs):
-                        if tensor is gather.outputs[0]:
-                            consumer._update_input(index, embeddings)
+                rewire_consumers(gather.outputs[0], embeddings)
             for update in updates:
                 _replace_update(graph, table, update)
             tables[name] = table
@@ -87,9 +85,7 @@ def _replace_update(graph, table, update) -> None:
     names = [arg.name for arg in update.op_def.input_arg]
     values = update.inputs[names.index("grad") if "grad" in names else names.index("updates")]
     indices = update.inputs[names.index("indices")]
-    apply = _apply_op([table_apply(table, indices, values)]).op
+    apply = apply_op([table_apply(table, indices, values)]).op
     for op in graph.get_operations():
         if update in op.control_inputs:
-            kept = [c for c in op.control_inputs if c is not update]
-            op._remove_all_control_inputs()
-            op._add_control_inputs(kept + [apply])
+            replace_control_input(op, update, apply)

@@ -14,22 +14,19 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-import weakref
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import variables as tf_variables    # where Scaffold finds the initializer
 
 from .. import backends
 from ..distributed.comm import rank_order_sum, world
 from ..errors import ConfigError
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
+from .graph_edit import add_control_inputs
+from .graph_state import graph_state
 
 DENSE_REDUCE_VARIABLE = "MXREC_REF_DENSE_REDUCE"
 DENSE_REDUCTIONS = ("rankorder", "allreduce")
-
-# graph -> {chain name: the last op of the chain}
-_CHAINS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
 
 
 def rank_id() -> int:
@@ -93,15 +90,15 @@ def ordered(op, chain: str) -> None:
     if world().size == 1 or tf.executing_eagerly():
         return
     op = getattr(op, "op", op)
-    chains = _CHAINS.setdefault(op.graph, {})
+    chains = graph_state(op.graph).chains
     previous = chains.get(chain)
     if previous is not None and previous is not op:
-        op._add_control_input(previous)      # noqa: SLF001 -- TF's own way to order existing ops
+        add_control_inputs(op, [previous])
         chains[(_BEFORE, op.name)] = previous
     chains[chain] = op
 
 
-_BEFORE = "before"      # _CHAINS[graph][(_BEFORE, op name)]: the op that op waits for in its chain
+_BEFORE = "before"      # graph_state(graph).chains[(_BEFORE, op name)]: the op that op waits for in its chain
 
 
 def ordered_before(op, anchor) -> None:
@@ -113,12 +110,12 @@ def ordered_before(op, anchor) -> None:
     if world().size == 1 or tf.executing_eagerly():
         return
     op, anchor = getattr(op, "op", op), getattr(anchor, "op", anchor)
-    chains = _CHAINS.setdefault(anchor.graph, {})
+    chains = graph_state(anchor.graph).chains
     previous = chains.get((_BEFORE, anchor.name))
     if previous is not None:
-        op._add_control_input(previous)      # noqa: SLF001
+        add_control_inputs(op, [previous])
         chains[(_BEFORE, op.name)] = previous
-    anchor._add_control_input(op)            # noqa: SLF001
+    add_control_inputs(anchor, [op])
     chains[(_BEFORE, anchor.name)] = op
 
 
@@ -131,7 +128,7 @@ def take_over(old, new, chain: str) -> bool:
     if world().size == 1 or tf.executing_eagerly():
         return True
     old, new = getattr(old, "op", old), getattr(new, "op", new)
-    chains = _CHAINS.setdefault(new.graph, {})
+    chains = graph_state(new.graph).chains
     if chains.get(chain) is not old:
         return False
     chains[chain] = new
@@ -245,37 +242,6 @@ def broadcast_global_variables(root_rank: int = 0, variables=None):
     received.set_shape(fused.shape)
     return tf.group(*[v.assign(value) for v, value in zip(variables, _split(received, variables))],
                     name="broadcast_global_variables")
-
-
-_ORIGINAL_INITIALIZERS: dict = {}
-
-
-def broadcast_at_initialization(install: bool = True) -> None:
-    """SHARD-14: on several ranks, ``global_variables_initializer()`` (tf.compat.v1's and the one
-    ``Scaffold`` calls) also gives every rank rank 0's initial values, so an unmodified script's dense
-    variables start equal on every rank.  ``init()`` installs it, ``terminate_config_initializer()``
-    removes it; one rank installs nothing."""
-    owners = ((tf_variables, "global_variables_initializer"), (tf.compat.v1, "global_variables_initializer"))
-    if not install:
-        for (owner, name), original in _ORIGINAL_INITIALIZERS.items():
-            setattr(owner, name, original)
-        _ORIGINAL_INITIALIZERS.clear()
-        return
-    if world().size == 1 or _ORIGINAL_INITIALIZERS:
-        return
-    original = tf_variables.global_variables_initializer
-
-    def initializer_then_broadcast():
-        init = original()
-        if tf.executing_eagerly():
-            return init
-        with tf.control_dependencies([init]):
-            shared = broadcast_global_variables()
-        return tf.group(init, shared, name="init_and_broadcast")
-
-    for owner, name in owners:
-        _ORIGINAL_INITIALIZERS[(owner, name)] = getattr(owner, name)
-        setattr(owner, name, initializer_then_broadcast)
 
 
 class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):

@@ -20,7 +20,6 @@ The rewrite, per iterator feeding such lookups:
 from __future__ import annotations
 
 import os
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,16 +29,16 @@ from .keys import int64_keys
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
 from .distributed import ordered_before
-
-# graph (weakly) -> {iterator op name: (dataset, kind)}
-_ITERATORS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
+from .graph_edit import add_control_inputs, replace_input, rewire_consumers
+from .graph_state import existing_state, graph_state
+from .store_call import call_store
 
 
 @dataclass
 class LookupRecord:
     table: object
     ids: tf.Tensor
-    step: object              # lookup._StepOp (duck-typed: the lookup module imports this one)
+    step: object              # lookup.StoreCall (duck-typed: the lookup module imports this one)
     is_train: bool
     graph: object
     is_grad: bool = True      # False: mxRec's is_grad=False, a training lookup with no gradient (TF-30)
@@ -66,7 +65,7 @@ def note_iterator(dataset, iterator, kind: str) -> None:
     ``make_one_shot_iterator`` / ``make_initializable_iterator`` after init())."""
     resource = getattr(iterator, "_iterator_resource", None)
     if resource is not None and not tf.executing_eagerly():
-        _ITERATORS.setdefault(resource.graph, {})[resource.op.name] = (dataset, kind)
+        graph_state(resource.graph).iterators[resource.op.name] = (dataset, kind)
 
 
 def iterator_output_of(tensor):
@@ -141,7 +140,8 @@ def _find_get_next(record):
 
 def _rewrite(graph, get_next, records, instance) -> None:
     iterator_op = get_next.inputs[0].op
-    entry = _ITERATORS.get(graph, {}).get(iterator_op.name)
+    state = existing_state(graph)
+    entry = state.iterators.get(iterator_op.name) if state is not None else None
     if entry is None:
         raise ValueError(f"table {records[0].table.table_name!r}: ids: the iterator {iterator_op.name!r} was not "
                          f"made by make_one_shot_iterator or make_initializable_iterator after init(); only those "
@@ -178,12 +178,9 @@ def _rewrite(graph, get_next, records, instance) -> None:
     new_outputs = tf.nest.flatten(element)
     remap = {old.ref(): new for old, new in zip(get_next.outputs, new_outputs)}
     for old, new in zip(get_next.outputs, new_outputs):
-        for consumer in list(old.consumers()):
-            for index, tensor in enumerate(consumer.inputs):
-                if tensor is old:
-                    consumer._update_input(index, new)
+        rewire_consumers(old, new)
     for record, pipeline_ids in zip(records, ids):
-        record.step.op._update_input(0, pipeline_ids)
+        replace_input(record.step.op, 0, pipeline_ids)
     for key, merged_ids, segment_sizes in zip(order, merged, sizes):
         _merged_store_call(groups[key], merged_ids, segment_sizes, remap)
     initializer = iterator.initializer if kind == "initializable" else tf.no_op(name="mxrec_one_shot_initializer")
@@ -234,8 +231,8 @@ def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dic
     has_timestamp = step.has_timestamp
 
     def run(ids, sizes, step_value, stamp_value):
-        result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
-                                               timestamp=stamp_value if has_timestamp else None, pad_to=step.pad_to)
+        result, step_used = call_store(table, ids, is_train=is_train, step=step_value,
+                                       timestamp=stamp_value if has_timestamp else None, pad_to=step.pad_to)
         group.current = (result, np.concatenate([[0], np.cumsum(sizes)]), step_used)
         return np.int64(len(result.unique_keys))
 
@@ -246,7 +243,7 @@ def _merged_store_call(group: _TableGroup, merged_ids, segment_sizes, remap: dic
     for segment, record in enumerate(group.records):
         record.step.share.source = group
         record.step.share.segment = segment
-        record.step.op._add_control_input(token.op)
+        add_control_inputs(record.step.op, [token.op])
     # SHARD-12: the merged call runs the table's collectives; it takes the collective chain's place of the
     # table's first lookup, so every rank runs the merged calls of its tables in one order
     ordered_before(token.op, first.step.op)

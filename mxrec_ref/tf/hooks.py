@@ -61,7 +61,7 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
 
     def evict_now(self) -> dict[str, int]:
         for table in ConfigInitializer.get_instance().tables.values():
-            if table._store is not None and table.config.eviction_enabled:
+            if table.opened_store is not None and table.config.eviction_enabled:
                 self.evicted[table.table_name] = self.evicted.get(table.table_name, 0) + len(table.store.evict())
         return self.evicted
 

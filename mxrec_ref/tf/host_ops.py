@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops
 
+from . import patches
 from .config_initializer import log_once
 from .constants import EVAL_CHANNEL_ID, MAX_INT32, TRAIN_CHANNEL_ID
 from .table import set_threshold
@@ -76,11 +76,6 @@ def _check_int(parameter: str, value, low: int, high: int) -> None:
         raise ValueError(f"eos_map: {parameter}: must be an integer in [{low}, {high}], got {value!r}")
 
 
-def _dataset_eos_map(self, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
-    return eos_map(self, librec, channel_id, max_train_steps, max_eval_steps)
-
-
-# ``import mx_rec`` gives every dataset this method (mxRec's data/patch.py); adding a method TF
-# does not have changes nothing else, so it is installed once, when these ops are first imported.
-if not hasattr(dataset_ops.DatasetV2, "eos_map"):
-    dataset_ops.DatasetV2.eos_map = _dataset_eos_map
+# ``import mx_rec`` gives every dataset this method (mxRec's data/patch.py), installed once, when these
+# ops are first imported (the patch lives with the TF layer's others, ``patches.py``).
+patches.install_dataset_eos_map(eos_map)

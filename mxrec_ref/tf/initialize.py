@@ -20,7 +20,7 @@ def init(**kwargs) -> ConfigInitializer:
     instance = config_initializer.create(**kwargs)
     config_initializer.log_ignored_environment()
     distributed.share_cores()        # several ranks on one host: split its cores (SHARD-14)
-    distributed.broadcast_at_initialization()     # several ranks: rank 0's initial variables (SHARD-14)
+    patches.broadcast_at_initialization()     # several ranks: rank 0's initial variables (SHARD-14)
     patches.install()
     atexit.register(terminate_config_initializer)
     return instance
@@ -30,4 +30,4 @@ def terminate_config_initializer() -> None:
     """Forget every table and the optimizer; idempotent."""
     if config_initializer.discard():
         patches.uninstall()
-        distributed.broadcast_at_initialization(install=False)
+        patches.broadcast_at_initialization(install=False)

@@ -11,11 +11,14 @@ the sparse optimizer hands those to ``store.apply_gradients``: with the
 lookup's own result when the gradient's keys are that lookup's unique keys
 (TF-18: the lookup op outputs a token for its result), else with the keys,
 which the store merges (several lookups of a table).
+The store call itself (``store_call.py``) is the one the fused call, the graph
+modifier and the Keras layer make too.  A training lookup hands its step and
+token forward as a ``LookupHandle`` on the graph's state (``graph_state.py``),
+which the apply takes as graph inputs (``handed_forward``).
 """
 from __future__ import annotations
 
 import logging
-import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -27,70 +30,66 @@ from .constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOC
 from .distributed import ordered
 from .feature_spec import MERGED_IDS_KEY, TIMESTAMP_KEY, FeatureSpec, get_feature_spec, register_thresholds
 from .graph_modifier import iterator_output_of, record_lookup
+from .graph_state import LookupHandle, existing_state, graph_of, graph_state
 from .keys import int64_keys
-from .table import NO_RESULT, SparseTable
+from .store_call import MergedShare, Member, build_call  # noqa: F401 -- MergedShare: re-exported
+from .table import SparseTable
 
 GRADIENT_DENSE_SHAPE = 2**62  # the IndexedSlices' nominal first dimension: indices are keys, not rows
-
-# Per graph (weakly, so a dropped graph and its tensors are freed):
-# (merged ids, is_train) -> the step op, so lookups of one table share one store call
-_STEP_OPS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-# unique-keys tensor -> (table, the step tensor of its training lookup, its result token): for the
-# dynamic-expansion recipe (ASCEND_SPARSE_LOOKUP_ID_OFFSET), the step of the apply and the result it reuses
-_KEYS_TO_TABLE: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
-
 
 _INTERNAL_KWARGS = {"feature_spec_name_ids_dict", "multi_lookup", "lookup_ids"}
 
 
 def table_of_keys(tensor):
-    """The table whose lookup produced this unique-keys tensor, or None."""
-    entry = _KEYS_TO_TABLE.get(_graph_of(tensor), {}).get(tensor.ref())
-    return entry[0] if entry else None
+    """The table whose training lookup produced this unique-keys tensor, or None."""
+    state = existing_state(graph_of(tensor))
+    handle = next((h for h in (state.training_lookups if state is not None else []) if h.unique_keys is tensor), None)
+    return handle.table if handle is not None else None
 
 
-def _graph_of(tensor):
-    return tf.compat.v1.get_default_graph() if tf.executing_eagerly() else tensor.graph
+def handed_forward(table, keys):
+    """What the training lookups of ``table`` behind the gradient keys ``keys`` handed forward to its
+    apply: ``(step, token)`` -- the step they used (an int64 scalar tensor, an output of their store
+    call, so lookup and apply of one step agree by data flow, never by state a later lookup could have
+    changed, TF-14) and, when ``keys`` are one lookup's unique keys (that very tensor: one lookup's
+    gradient, or the recipe's id offset), its result token (TF-18); else None, and the apply sends the
+    keys, which the store merges.
+
+    The lookups are those the graph's state holds (``GraphState.training_lookups``): the one whose
+    unique keys ``keys`` are, else those whose unique keys ``keys`` are computed from (TF's
+    concatenation of several lookups' gradients, a script's transformation), else -- keys from no
+    lookup (a rewritten optimizer update, GRAPH-5; eager tensors, which have no inputs) -- the table's
+    training lookups in this graph (eagerly, its latest).  Several: the latest step (with a global step
+    they are all equal)."""
+    state = existing_state(graph_of(keys))
+    by_keys = {h.unique_keys.ref(): h for h in (state.training_lookups if state is not None else [])}
+    exact = by_keys.get(keys.ref())
+    if exact is not None and exact.table is table:
+        return exact.step, exact.token
+    mine = ([h for h in _lookups_above(by_keys, keys) if h.table is table]
+            or [h for h in by_keys.values() if h.table is table])
+    if not mine:
+        raise ValueError(f"table {table.table_name!r}: grad: no training sparse_lookup of this table in this graph; "
+                         f"build the lookups and apply_gradients in one graph")
+    steps = [h.step for h in mine]
+    return (steps[0] if len(steps) == 1 else tf.reduce_max(tf.stack(steps))), None
 
 
-def train_step_of(table, keys):
-    """The step the training lookups feeding ``keys`` used (an int64 scalar
-    tensor), for the sparse apply of the same step: it comes from the lookup op
-    by data flow, never from state a later lookup could have changed.
-
-    ``keys`` are the gradient's indices: one lookup's unique keys, or the
-    concatenation TF builds for several lookups of the table; the lookups are
-    found by walking up from them.  Where no lookup is above them (a rewritten
-    optimizer update, or eager execution where tensors have no inputs), the
-    table's training lookups in this graph give it.  Several lookups: the
-    latest step (with a global step they are all equal)."""
-    registered = _KEYS_TO_TABLE.get(_graph_of(keys), {})
-    steps, seen, frontier = [], set(), [keys]
+def _lookups_above(by_keys: dict, keys) -> list[LookupHandle]:
+    """The lookups (``by_keys``: by their unique-keys tensor) whose unique keys ``keys`` are computed
+    from, up its inputs, stopping at each lookup's keys; none eagerly, where tensors have no inputs."""
+    found, seen, frontier = [], set(), [keys]
     while frontier and not tf.executing_eagerly():
         tensor = frontier.pop()
-        entry = registered.get(tensor.ref())
-        if entry is not None:
-            if entry[0] is table:
-                steps.append(entry[1])
+        handle = by_keys.get(tensor.ref())
+        if handle is not None:
+            found.append(handle)
             continue
         for source in tensor.op.inputs:
             if source.ref() not in seen:
                 seen.add(source.ref())
                 frontier.append(source)
-    if not steps:
-        steps = [entry[1] for entry in registered.values() if entry[0] is table]
-    if not steps:
-        raise ValueError(f"table {table.table_name!r}: grad: no training sparse_lookup of this table in this graph; "
-                         f"build the lookups and apply_gradients in one graph")
-    return steps[0] if len(steps) == 1 else tf.reduce_max(tf.stack(steps))
-
-
-def result_token_of(table, keys):
-    """TF-18: the result token of the training lookup of ``table`` whose unique keys ``keys`` are
-    (the very tensor: one lookup's gradient, or the recipe's id offset), or None -- then the
-    apply sends keys, e.g. the concatenated keys of several lookups, which the store merges."""
-    entry = _KEYS_TO_TABLE.get(_graph_of(keys), {}).get(keys.ref())
-    return entry[2] if entry is not None and entry[0] is table else None
+    return found
 
 
 def sparse_lookup(hashtable, ids, send_count=None, is_train=True, name=None, modify_graph=False, batch=None,
@@ -228,63 +227,43 @@ def _group_of(table, spec, batch):
     return group
 
 
-class _StepOp:
+class StoreCall:
     """One store call for a table's merged ids, and every lookup's share of it.  ``op`` is the
     table's own numpy_function, or None when the table's lookup is part of its batch's fused call
-    (TF-20); ``outputs`` are the six tensors the graph reads either way, ``merged`` the ids."""
+    (TF-20) or ran eagerly; ``outputs`` are the six tensors the graph reads either way, ``merged``
+    the ids; ``share`` is set by the graph modifier (``store_call.MergedShare``)."""
 
-    def __init__(self, op, share, unique_keys, rows, inverse, admitted, embeddings, positions, step, stamp,
-                 has_timestamp, pad_to):
-        self.op, self.share, self.has_timestamp, self.pad_to = op, share, has_timestamp, pad_to
-        self.unique_keys, self.rows, self.inverse, self.admitted = unique_keys, rows, inverse, admitted
+    def __init__(self, op, table, member: Member, outputs, embeddings, positions):
+        self.op, self.table, self.outputs = op, table, list(outputs)   # table: for the serving export (KERAS-10)
+        self.merged, self.share = member.merged, member.share
+        self.step, self.stamp, self.has_timestamp, self.pad_to = (member.step, member.stamp, member.has_timestamp,
+                                                                   member.pad_to)
+        self.unique_keys, self.rows, self.inverse, self.admitted = self.outputs[:4]
         self.embeddings, self.positions = embeddings, positions
-        self.step, self.stamp = step, stamp
-
-
-class MergedShare:
-    """Set by the graph modifier: this lookup reads segment ``segment`` of the
-    table's merged store call (``source.current``) instead of calling the store."""
-
-    def __init__(self):
-        self.source = None
-        self.segment = 0
 
 
 def step_ops(graph) -> list:
     """The store lookups built in ``graph`` (each with ``.op``, its numpy_function or None when
     fused, ``.outputs``, ``.merged`` and ``.table``)."""
-    return list(_STEP_OPS.get(graph, {}).values())
+    state = existing_state(graph)
+    return list(state.store_calls.values()) if state is not None else []
 
 
 def _step_op(table, merged, is_train, timestamp, pad_to, segments, fused: bool):
-    cache = _STEP_OPS.setdefault(tf.compat.v1.get_default_graph(), {})
+    state = graph_state()
     cache_key = (merged.ref(), is_train)
-    if cache_key in cache:
-        return cache[cache_key]
+    if cache_key in state.store_calls:
+        return state.store_calls[cache_key]
     global_step = tf.compat.v1.train.get_global_step() if is_train else None
     step = tf.cast(global_step, tf.int64) if global_step is not None else tf.constant(-1, tf.int64)
     has_timestamp = timestamp is not None
     stamp = tf.cast(timestamp, tf.int64) if has_timestamp else tf.constant(0, tf.int64)
-    share = MergedShare()
-
-    def run(ids, step_value, stamp_value):
-        if share.source is not None:          # merged by the graph modifier: read this lookup's segment
-            result, offsets, step_used = share.source.current
-            low, high = offsets[share.segment], offsets[share.segment + 1]
-            # one segment of several: the gradients of the segments are concatenated and sent as keys
-            alone = is_train and len(share.source.records) == 1
-            return (result.unique_keys, result.rows, result.inverse.reshape(-1)[low:high], result.admitted,
-                    np.int64(step_used), np.int64(table.keep_result(result) if alone else NO_RESULT))
-        result, step_used = table.lookup_batch(ids, is_train=is_train, step=step_value,
-                                               timestamp=stamp_value if has_timestamp else None, pad_to=pad_to)
-        return (result.unique_keys, result.rows, result.inverse.reshape(-1), result.admitted, np.int64(step_used),
-                np.int64(table.keep_result(result) if is_train else NO_RESULT))
-
     if fused:
+        member = None
         outputs = fused_lookup.join(table, merged, step, stamp, has_timestamp, pad_to, is_train)
     else:
-        outputs = tf.numpy_function(run, [merged, step, stamp], list(fused_lookup.OUTPUTS), stateful=True,
-                                    name="store_lookup")
+        member = Member(table, merged, step, stamp, has_timestamp, pad_to)
+        outputs = build_call([member], is_train)
         ordered(outputs[0], "train" if is_train else "eval")    # SHARD-12: one collective order on every rank
     unique_keys, rows, inverse, admitted, step_used, token = outputs
     unique_keys.set_shape([pad_to])
@@ -296,11 +275,7 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments, fused: bool):
     if is_train:
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB, rows)
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET, unique_keys)
-        registered = _KEYS_TO_TABLE.setdefault(_graph_of(unique_keys), {})
-        if tf.executing_eagerly():        # eager tensors have no inputs to walk: keep the latest lookup only
-            for ref in [r for r, entry in registered.items() if entry[0] is table]:
-                del registered[ref]
-        registered[unique_keys.ref()] = (table, step_used, token)
+        graph_state(graph_of(unique_keys)).hand_forward(LookupHandle(table, unique_keys, step_used, token))
     # One gather for every lookup of the table, split into the lookups' shares:
     # the gradient of a split is one concat, and the custom gradient below sums
     # it per unique key in one op (instead of one small graph per lookup).
@@ -312,13 +287,12 @@ def _step_op(table, merged, is_train, timestamp, pad_to, segments, fused: bool):
         embeddings = tf.split(all_embeddings, sizes, num=len(segments), axis=0)
         positions = tf.split(inverse, sizes, num=len(segments), axis=0)
     eager = tf.executing_eagerly()      # an eager lookup has run already: no op, nothing to share or cache
-    step_op = _StepOp(None if eager or fused else unique_keys.op, share, unique_keys, rows, inverse, admitted,
-                      embeddings, positions, step, stamp, has_timestamp, pad_to)
-    step_op.table = table               # for the serving export (tf/export.py, KERAS-10)
-    step_op.outputs, step_op.merged = list(outputs), merged
+    if member is None:                  # fused: the call's inputs, for the graph modifier and the export
+        member = Member(table, merged, step, stamp, has_timestamp, pad_to)
+    call = StoreCall(None if eager or fused else unique_keys.op, table, member, outputs, embeddings, positions)
     if not eager:
-        cache[cache_key] = step_op
-    return step_op
+        state.store_calls[cache_key] = call
+    return call
 
 
 @tf.custom_gradient

@@ -10,20 +10,17 @@ run one at a time, each its own store call, so they are not counted.
 """
 from __future__ import annotations
 
-import weakref
-
 import tensorflow as tf
 
 from .constants import MULTI_LOOKUP_TIMES
-
-# graph -> {(owner id, is_train): lookups built in that graph}; weak, so a dropped trace frees its count
-_COUNTS: "weakref.WeakKeyDictionary[tf.Graph, dict]" = weakref.WeakKeyDictionary()
+from .graph_state import existing_state, graph_state
 
 
 def lookups_in_graph(owner, graph=None) -> dict[bool, int]:
     """``{True: training lookups, False: evaluation lookups}`` of ``owner`` built in
     ``graph`` (default: the current default graph)."""
-    counts = _COUNTS.get(graph if graph is not None else tf.compat.v1.get_default_graph(), {})
+    state = existing_state(graph)
+    counts = state.lookup_counts if state is not None else {}
     return {mode: counts.get((id(owner), mode), 0) for mode in (True, False)}
 
 
@@ -33,7 +30,7 @@ def count_lookup(owner, table_name: str, is_train: bool, api: str) -> int:
     Returns the count (0 eagerly: not counted)."""
     if tf.executing_eagerly():
         return 0
-    counts = _COUNTS.setdefault(tf.compat.v1.get_default_graph(), {})
+    counts = graph_state().lookup_counts
     key = (id(owner), bool(is_train))
     if counts.get(key, 0) >= MULTI_LOOKUP_TIMES:
         raise ValueError(f"table {table_name!r}: {api}: more than {MULTI_LOOKUP_TIMES} lookups of one table in "

@@ -64,7 +64,7 @@ def restore_tables(checkpoint_path: str) -> None:
         raise FileNotFoundError(f"restore: no sparse checkpoint {source!r} next to {checkpoint_path!r}")
     if ConfigInitializer.get_instance().optimizer_instance is None:     # an evaluate/predict process (TF-21)
         for table in tables:
-            if table._store is None:
+            if table.opened_store is None:
                 table.open_store(saved_optimizer(source, table.table_name))
     steps_file = os.path.join(source, TRAIN_STEPS_FILE)
     steps = {}

@@ -56,7 +56,7 @@ def _name_of(table) -> str | None:
     if isinstance(table, Store):
         return table.name
     name = getattr(table, "table_name", None)             # a SparseTable (duck-typed: no TF import here)
-    return name if isinstance(name, str) and hasattr(table, "_store") else None
+    return name if isinstance(name, str) and hasattr(table, "opened_store") else None
 
 
 def table_stats(tables=None) -> dict[str, dict[str, int]]:
@@ -72,8 +72,8 @@ def table_stats(tables=None) -> dict[str, dict[str, int]]:
     for table in tables:
         if isinstance(table, Store):
             result[table.name] = table.stats()
-        elif table._store is not None:                     # a SparseTable: its store opens on its first lookup
-            result[table.table_name] = table._store.stats()
+        elif table.opened_store is not None:               # a SparseTable: its store opens on its first lookup
+            result[table.table_name] = table.opened_store.stats()
     return dict(sorted(result.items()))
 
 

@@ -14,7 +14,6 @@ import dataclasses
 import itertools
 import os
 import threading
-import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -27,6 +26,7 @@ from . import fatal
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
 from .feature_spec import bind_waiting_specs
+from .graph_state import existing_state, graph_state
 from .lookup_limit import count_lookup, lookups_in_graph
 
 NO_RESULT = -1      # the result token of a lookup whose result is not kept (evaluation, or merged segments)
@@ -64,26 +64,27 @@ class SparseTable:
         self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
         self.last_train_step = 0
         self.config = TableConfig(**self._config_args)   # validates now, not at first run
-        # graph -> the table's proxy in it: a table created again in a new graph (an Estimator builds one per
-        # call) binds that graph to this table and its store (TF-21)
-        self._variables: "weakref.WeakKeyDictionary[tf.Graph, object]" = weakref.WeakKeyDictionary()
+        # the table's proxy in each graph lives on the graph's state (GraphState.proxies): a table created again
+        # in a new graph (an Estimator builds one per call) binds that graph to this table and its store (TF-21)
         self._latest_variable = self._new_proxy()
 
     def _new_proxy(self):
         variable = tf.compat.v1.get_variable(
             self.table_name, shape=[1, self.emb_size], dtype=tf.float32, initializer=tf.zeros_initializer(),
             trainable=False, use_resource=True, collections=[ASCEND_GLOBAL_HASHTABLE_COLLECTION])
-        self._variables[tf.compat.v1.get_default_graph()] = variable
+        graph_state().proxies[self] = variable
         return variable
 
     @property
     def variable(self):
         """The table's one-row proxy in the current graph (the latest one's where the current graph has none:
         a ``tf.function`` graph, eager code)."""
-        return self._variables.get(tf.compat.v1.get_default_graph(), self._latest_variable)
+        state = existing_state()
+        return state.proxies.get(self, self._latest_variable) if state is not None else self._latest_variable
 
     def bound_in_current_graph(self) -> bool:
-        return tf.compat.v1.get_default_graph() in self._variables
+        state = existing_state()
+        return state is not None and self in state.proxies
 
     def bind_graph(self, config_args: dict, all2all_gradients_op: str) -> "SparseTable":
         """``create_table`` again in a new graph (TF-21): the same configuration binds the graph to this
@@ -138,6 +139,11 @@ class SparseTable:
         if self._store is None:
             optimizer = ConfigInitializer.get_instance().optimizer_instance
             self.open_store(optimizer.store_optimizer if optimizer else None)
+        return self._store
+
+    @property
+    def opened_store(self):
+        """The table's store if it is open, else None (reading this opens nothing)."""
         return self._store
 
     def open_store(self, store_optimizer) -> None:

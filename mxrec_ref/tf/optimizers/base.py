@@ -31,7 +31,7 @@ from ...optimizers import SparseOptimizer
 from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
 from ..distributed import each_table, ordered
-from ..lookup import result_token_of, table_of_keys, train_step_of
+from ..lookup import handed_forward, table_of_keys
 from ..table import NO_RESULT, SparseTable
 
 _names = itertools.count()
@@ -72,7 +72,7 @@ class HashOptimizer(tf.compat.v1.train.Optimizer):
             log_once("optimizer:not-by-address",
                      f"optimizer {name!r}: mxRec requires a *_by_addr optimizer with dynamic expansion; mxrec-ref "
                      f"accepts this one (both are the same store-side update on a CPU)", logging.WARNING)
-        started = [t for t in instance.tables.values() if t._store is not None]
+        started = [t for t in instance.tables.values() if t.opened_store is not None]
         if started:
             bind_to_running(instance.optimizer_instance, self, name, started)     # TF-23
         unique_name = f"{name}_{next(_names)}"
@@ -115,7 +115,7 @@ class HashOptimizer(tf.compat.v1.train.Optimizer):
                 raise TypeError(f"optimizer {self._name!r}: var: {getattr(var, 'name', var)!r} is not a sparse "
                                 f"table variable or lookup id offset; train dense variables with a TF optimizer")
             updates.append(table_apply(table, keys, values))
-        updates = [_apply_op(updates, self._step_learning_rate(), self._check_learning_rate)] if updates else []
+        updates = [apply_op(updates, self._step_learning_rate(), self._check_learning_rate)] if updates else []
         with tf.control_dependencies(updates):
             if global_step is not None:
                 return tf.compat.v1.assign_add(global_step, 1, name=name)
@@ -225,21 +225,22 @@ def note_ignored_options(optimizer: str, **options) -> None:
 
 
 @dataclass
-class _TableApply:
+class TableApply:
     """One (gradient, table) pair of an apply_gradients call, as graph tensors."""
     table: SparseTable
     keys: object            # the gradient's keys: int64 [u]
     values: object          # its rows: float32 [u, dim]
-    step: object            # the step of the lookups it comes from (``lookup.train_step_of``)
+    step: object            # the step of the lookups it comes from (``lookup.handed_forward``)
     token: object | None    # the lookup's result token when ``keys`` are one lookup's unique keys (TF-18)
 
 
-def table_apply(table: SparseTable, keys, values) -> _TableApply:
-    """One pair of an apply, with the step and the result token its keys lead to (TF-18)."""
-    return _TableApply(table, keys, values, train_step_of(table, keys), result_token_of(table, keys))
+def table_apply(table: SparseTable, keys, values) -> TableApply:
+    """One pair of an apply, with the step and the result token its lookups handed forward (TF-18)."""
+    step, token = handed_forward(table, keys)
+    return TableApply(table, keys, values, step, token)
 
 
-def _apply_op(applies: list[_TableApply], learning_rate=None, check_learning_rate=None):
+def apply_op(applies: list[TableApply], learning_rate=None, check_learning_rate=None):
     """One store call (one numpy_function) for every table's update of the step (TF-19): side by
     side on one rank, in table-name order on several, so a sharded store's collectives run in one
     order on every rank (SHARD-12); pairs of one table keep the caller's order.  Each ``step`` is a
