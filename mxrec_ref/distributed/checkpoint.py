@@ -99,7 +99,7 @@ def save(store, directory, incremental: bool) -> str:
             except MxrecError as failed:
                 error = failed
     # rank 0 has removed the temporary folder (the old version, after a switch): "remove old"
-    path = store._agree(error, "save", path=path)[0]["path"]
+    path = store.agree(error, "save", path=path)[0]["path"]
     store._last_checkpoint = (os.path.dirname(path), mine)
     logger.info("table %r: rank %d of %d saved its %d keys to %s (%s)", name, rank, comm.size, len(mine.keys), path,
                 "incremental" if delta else "full")
@@ -115,7 +115,7 @@ def _attempt(store, what: str, work, only_rank0: bool = False):
             result = work()
         except MxrecError as failed:
             error = failed
-    headers = store._agree(error, what, result=result if store.rank == 0 else None)
+    headers = store.agree(error, what, result=result if store.rank == 0 else None)
     return headers[0]["result"]
 
 
@@ -206,7 +206,7 @@ def load(store, directory) -> None:
     state, _ = _read_collectively(store, folder, "load", check=lambda state: store.local.check_fits(len(state.keys)))
     store.local.import_state(state)      # the tiers import the same way (CON-10)
     store._last_checkpoint = (folder, state)
-    store._share_stats(None, "load")
+    store.share_stats(None, "load")
     logger.info("table %r: rank %d of %d loaded its %d keys from %s", store.name, store.rank, store.rank_size,
                 len(state.keys), folder)
 
@@ -247,9 +247,9 @@ def apply_warm_start(store, plan) -> int:
         store.local.check_fits(len(merged.keys))
     except MxrecError as failed:
         error = failed
-    store._agree(error, "warm_start")
+    store.agree(error, "warm_start")
     store.local.import_state(merged)
-    store._share_stats(None, "warm_start")
+    store.share_stats(None, "warm_start")
     return plan.n_loaded
 
 
@@ -264,7 +264,7 @@ def _read_collectively(store, folder: str, what: str, check, **options) -> tuple
     failed (SHARD-8), reads again if the ranks read different versions (a save replaced the table
     between their reads, CKPT-11), and checks that every key of every version read was kept by
     exactly one rank.  Returns this rank's state and the number of admitted keys over ranks."""
-    keep = store._owns
+    keep = store.owns
     for _ in range(ckpt.READ_ATTEMPTS):
         error, state, tallies = None, None, None
         try:
@@ -272,7 +272,7 @@ def _read_collectively(store, folder: str, what: str, check, **options) -> tuple
             check(state)
         except MxrecError as failed:
             error = failed
-        headers = store._agree(error, what, tallies=tallies, n_keys=None if state is None else len(state.keys))
+        headers = store.agree(error, what, tallies=tallies, n_keys=None if state is None else len(state.keys))
         versions = {tuple(t.identity for t in h["tallies"]) for h in headers}
         if len(versions) == 1:
             break

@@ -242,9 +242,6 @@ class ShardedStore(Store):
         """Which of ``keys`` this rank owns (SHARD-2): the filter of every load (SHARD-11)."""
         return owner_of(keys, self.rank_size) == self.rank
 
-    # the names distributed/checkpoint.py calls them by
-    _agree, _share_stats, _owns = agree, share_stats, owns
-
     # -------------------------------------------------------------- lookup
     def lookup(self, keys, *, train: bool = True, step: int | None = None, timestamp: int | None = None,
                pad_to: int | None = None, counts=None) -> LookupResult:
