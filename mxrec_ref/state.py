@@ -99,7 +99,7 @@ class TableState:
                   last_seen: np.ndarray) -> "TableState":
         """This state with more admitted keys (none of them in it) and what they carry, merged
         into key order: how the tiers export the rows kept on disk next to the in-memory ones."""
-        merged_keys, pick = _merge_in_key_order(self.keys, np.ones(len(self.keys), dtype=bool), keys)
+        merged_keys, pick = merge_in_key_order(self.keys, np.ones(len(self.keys), dtype=bool), keys)
         return dataclasses.replace(
             self, keys=merged_keys, values=pick(self.values, values),
             slots={name: pick(self.slots[name], slots[name]) for name in self.slots},
@@ -110,8 +110,8 @@ class TableState:
         delta's keys replace whatever the base had for them (admitted or pending), ``removed``
         keys disappear, and the clock is the delta's."""
         gone = np.union1d(np.union1d(removed, delta.keys), delta.pending_keys)
-        keys, pick = _merge_in_key_order(self.keys, ~np.isin(self.keys, gone), delta.keys)
-        pending_keys, pick_pending = _merge_in_key_order(self.pending_keys, ~np.isin(self.pending_keys, gone),
+        keys, pick = merge_in_key_order(self.keys, ~np.isin(self.keys, gone), delta.keys)
+        pending_keys, pick_pending = merge_in_key_order(self.pending_keys, ~np.isin(self.pending_keys, gone),
                                                          delta.pending_keys)
         return TableState(
             keys=keys, values=pick(self.values, delta.values),
@@ -151,7 +151,7 @@ def merge_warm_start(current: TableState, loaded: TableState, admit_threshold: i
     keys keep everything."""
     if now is None:
         now = current.clock if current.clock is not None else (loaded.clock or 0)
-    keys, pick = _merge_in_key_order(current.keys, ~np.isin(current.keys, loaded.keys), loaded.keys)
+    keys, pick = merge_in_key_order(current.keys, ~np.isin(current.keys, loaded.keys), loaded.keys)
     old_counts = dict(zip(np.concatenate([current.keys, current.pending_keys]).tolist(),
                           np.concatenate([current.counts, current.pending_counts]).tolist()))
     counts = np.array([max(old_counts.get(k, 0), int(c), admit_threshold)
@@ -176,7 +176,7 @@ def merge_warm_start(current: TableState, loaded: TableState, admit_threshold: i
     )
 
 
-def _merge_in_key_order(old_keys: np.ndarray, keep: np.ndarray, new_keys: np.ndarray):
+def merge_in_key_order(old_keys: np.ndarray, keep: np.ndarray, new_keys: np.ndarray):
     """The one key-order merge every state merge uses: the kept ``old_keys`` (ascending) and
     ``new_keys`` (ascending, none of them kept) as one ascending array, and ``pick(old, new)``,
     which merges a column of each the same way (a stable sort: ties cannot occur)."""

@@ -32,9 +32,7 @@ from ..contract import Store, sum_duplicates
 from ..errors import UsageError
 from ..ref import lookup as reference_lookup
 from ..ref.lookup import NOT_HOT, pad, position_stats
-from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
-# the one key-order merge; still private in state.py, which is not this branch's file (public at the merge)
-from ..state import _merge_in_key_order as merge_in_key_order
+from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_in_key_order
 from . import checkpoint as sharded_checkpoint
 from .collective import TableCollective, attempt, check_same_call  # noqa: F401 -- check_same_call: its old path
 from .comm import Communicator, gather_rows, world
