@@ -177,3 +177,12 @@ def test_ckpt_9_save_state_writes_a_full_table_or_a_delta_on_its_base(tmp_path):
     with pytest.raises(CheckpointError, match="directory: an incremental save into .* would overwrite"):
         checkpoint.save_state(tmp_path / "one", config, optimizer, later, base=(str(tmp_path / "one"), base))
     assert checkpoint.read_table(tmp_path / "one", config, optimizer).differences(base) == []
+
+
+def test_ckpt_5_every_damage_raises_the_message_it_raised_before_the_package(tmp_path):
+    """57 damaged tables (tests/checkpoint_messages_child.py): the whole-table reader and the streaming
+    reader raise exactly the messages main's checkpoint.py and distributed/checkpoint.py raised (7e63fe5)."""
+    out = subprocess.run([sys.executable, str(CHILD.with_name("checkpoint_messages_child.py")), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         check=True)
+    assert json.loads(out.stdout) == json.loads((GOLDEN.with_name("checkpoint-messages.json")).read_text())

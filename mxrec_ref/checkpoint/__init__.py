@@ -40,7 +40,7 @@ from .delta import check_delta_target, delta_bases, delta_between, saved_optimiz
 from .faults import fault_point
 from .files import (FileReader, FileWriter, NotRegularFile, fsync_directory, open_regular, read_at, read_regular,
                     write_file, write_in_parallel)
-from .folder import (Vanished, checked_directory, io_errors, list_tables, prepare_save, read_one_version,
+from .folder import (Vanished, checked_directory, io_errors, list_tables, logger, prepare_save, read_one_version,
                      remove_stale_temporaries, switch, table_target, temporary_folder, write_file_atomically)
 from .format import (CHUNK_BYTES, FORMAT_VERSION, IO_THREADS, MANIFEST, MAX_DELTA_CHAIN, META, READ_ATTEMPTS,
                      TABLE_THREADS, Slice, manifest_bytes, meta_bytes, table_meta, table_slices)

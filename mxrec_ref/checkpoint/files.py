@@ -178,7 +178,8 @@ class FileReader(_OpenFile):
         while got < want:
             n = os.readv(self.fd, [view[got:]])
             if n == 0:
-                corrupt(self.table, self.path, f"ends after {self.done + got} bytes, {self.entry.get('bytes')} expected")
+                corrupt(self.table, self.path,
+                        f"ends after {self.done + got} bytes, {self.entry.get('bytes')} expected")
             self.crc = crc32(view[got:got + n], self.crc)
             got += n
         self.done += want

@@ -76,7 +76,8 @@ def save(store, directory, incremental: bool) -> str:
             state, removed = ckpt.delta_between(previous[1], mine) if delta else (mine, None)
             folder = temporary / SLICES / f"rank{rank}"
             meta = ckpt.table_meta(store.config, store.optimizer, len(state.keys), len(state.pending_keys),
-                                   state.clock, state.clock_source, root=folder, previous=previous[0] if delta else None,
+                                   state.clock, state.clock_source, root=folder,
+                                   previous=previous[0] if delta else None,
                                    n_removed=None if removed is None else len(removed))
             with ckpt.io_errors(name, folder):
                 folder.mkdir()
