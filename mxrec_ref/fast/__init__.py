@@ -4,6 +4,6 @@ One module per spec family, with the reference's module and function names
 (``mxrec_ref.ref.F`` <-> ``mxrec_ref.fast.F``); ``FastStore`` (fast/store.py)
 calls them in the reference's order.
 """
-from .store import FastStore
+from .store import FastEngine, FastStore
 
-__all__ = ["FastStore"]
+__all__ = ["FastStore", "FastEngine"]

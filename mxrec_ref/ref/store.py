@@ -3,8 +3,8 @@
 Every rule of spec/ is implemented in the most direct way; speed does not matter.  The
 rules live in one module per spec family -- ``lookup``, ``admission``, ``expansion``,
 ``eviction``, ``optimizers``, ``hot``, ``tiers``, ``checkpoint`` -- over the ``Table`` of
-``table.py``; this class calls them in spec order.  The rules both backends share are called
-from mxrec_ref/contract.py.  The fast path (mxrec_ref/fast/, same module and function names)
+``table.py``; ``RefEngine`` calls them in spec order.  The rules both backends share are called
+from mxrec_ref/engine.py; ``RefStore`` is the ``Store`` facade over a ``RefEngine``.  The fast path (mxrec_ref/fast/, same module and function names)
 must agree with this store after every call (the comparison machines of
 mxrec_ref/conformance/machines.py, run by mxrec_ref/conformance/test_backends.py).
 """
@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import TableConfig
-from ..contract import InMemoryStore, TierMoves
+from ..contract import Store, checked_table
+from ..engine import (InMemoryEngine, Resolved, TierMoves, check_send_count, eviction_cutoff,
+                      overflow_error)
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
@@ -22,127 +24,145 @@ from . import admission, checkpoint, eviction, hot, lookup, optimizers, tiers
 from .table import Table
 
 
-class RefStore(InMemoryStore, TierMoves):
+class RefEngine(InMemoryEngine, TierMoves):
     backend_name = "ref"
     device_placement = RefDevicePlacement       # CON-10, TIER-4
     host_heap = PyHostHeap                      # CON-10, TIER-12
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer, hot_rows: int | None = None,
                  hot_update_step: int | None = None):
         super().__init__(config, optimizer, hot_rows, hot_update_step)
-        self._reset()
+        self.reset()
 
-    def _reset(self) -> None:
-        self._table = Table(self.config.dim, tuple(self.optimizer.slot_names))
+    def reset(self) -> None:
+        self.table = Table(self.config.dim, tuple(self.optimizer.slot_names))
         self.clock: int | None = None
         self.clock_source: str | None = None
 
     # -------------------------------------------------------------- lookup
-    def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
-        return self.lookup_deduped(self.dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+    def resolve(self, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+        return self.resolve_deduped(self.dedup(keys, counts), keys, shape, train=train, step=step,
+                                    timestamp=timestamp, pad_to=pad_to, counts=counts)
 
     def dedup(self, keys, counts):
         return lookup.dedup(keys, counts)                                         # LKP-2
 
-    def lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
-        table, default_row = self._table, self.config.default_row()
+    def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+        table, default_row = self.table, self.config.default_row()
         unique, inverse, occurrences = deduped
-        self._check_send_count(len(unique), pad_to)                               # LKP-4
+        check_send_count(self.config, len(unique), pad_to)                        # LKP-4
         if train:
-            self._train_lookup(unique, occurrences, step, timestamp)
+            self.train_lookup(unique, occurrences, step, timestamp)
         rows, admitted, is_hot = lookup.gather(table, unique, default_row)        # LKP-3, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(keys, inverse, admitted, is_hot)
-        self._count_positions(train, keys.size, padding, with_row)                # STAT-3
-        self._counters["hot_hit_positions"] += hot_hits                           # HOT-4
-        self._refresh_hot_if_due(train)                                           # HOT-2
-        n_unique = len(unique)
-        unique, rows, admitted = lookup.pad(unique, rows, admitted, pad_to, default_row)
-        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
-                            n_unique, id(self))
+        self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
+        self.counters["hot_hit_positions"] += hot_hits                            # HOT-4
+        self.refresh_hot_if_due(train)                                            # HOT-2
+        return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
+                        inverse=inverse, n_unique=len(unique), admitted=admitted, rows=rows)
 
-    def _train_lookup(self, unique, occurrences, step, timestamp) -> None:
+    def gather(self, resolved: Resolved) -> LookupResult:
+        unique, rows, admitted = lookup.pad(resolved.unique, resolved.rows, resolved.admitted, resolved.pad_to,
+                                            self.config.default_row())           # LKP-4
+        return LookupResult(self.name, unique, rows, resolved.inverse.reshape(resolved.shape), admitted,
+                            resolved.train, resolved.n_unique)
+
+    def train_lookup(self, unique, occurrences, step, timestamp) -> None:
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4).  All checks
         happen before the first change."""
-        clock, source = self._training_clock(step, timestamp)                     # CON-5
-        new_counts, to_admit = admission.plan_train(self._table, unique, occurrences,
-                                                    self.effective_coefficient(), self._admit_threshold())
-        self._reserve(len(to_admit))                                              # EXP-2, EXP-3
+        clock, source = self.training_clock(step, timestamp)                      # CON-5
+        new_counts, to_admit = admission.plan_train(self.table, unique, occurrences,
+                                                    self.effective_coefficient(), self.admit_threshold())
+        self.reserve(len(to_admit))                                               # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
         init = initial_rows(self.config, np.array(to_admit, dtype=np.int64)) if to_admit else None
         self.clock, self.clock_source = clock, source
-        admission.commit_train(self._table, new_counts, to_admit, clock, init, self.optimizer.slot_initial_values(),
-                               self._capacity_rows)
-        self._counters["admitted"] += len(to_admit)
-        self._counters["train_lookups"] += 1
+        admission.commit_train(self.table, new_counts, to_admit, clock, init, self.optimizer.slot_initial_values(),
+                               self.capacity_rows)
+        self.counters["admitted"] += len(to_admit)
+        self.counters["train_lookups"] += 1
 
-    def _admit_threshold(self) -> int:
+    def admit_threshold(self) -> int:
         return self.config.admit_threshold
 
-    def _refresh_hot(self) -> None:
-        hot.refresh_hot(self._table, self._hot_capacity)
+    def refresh_hot(self) -> None:
+        hot.refresh_hot(self.table, self.hot_capacity)
 
     # ----------------------------------------------------------- gradients
-    def _apply(self, keys, grads, mask, step) -> int:
-        table = self._table
+    def apply(self, keys, grads, mask, step, *, optimizer, handles=None) -> int:
+        table = self.table          # the reference finds rows by key: ``handles`` are not needed
         positions, rows = optimizers.resolve_rows(table, keys, mask)              # OPT-2
         weights = table.values[rows]
         slots = {name: array[rows] for name, array in table.slots.items()}
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):   # checked next
-            optimizers.apply_update(self.optimizer, weights, slots, grads[positions], step)
+            optimizers.apply_update(optimizer, weights, slots, grads[positions], step)
         bad = optimizers.first_nonfinite(weights, slots)
         if bad >= 0:                                                              # OPT-3: nothing written yet
-            raise self._overflow_error(int(keys[positions[bad]]))
+            raise overflow_error(self.config, optimizer, int(keys[positions[bad]]))
         table.values[rows] = weights
         for name, array in slots.items():
             table.slots[name][rows] = array
         hot.write_through(table, keys[positions].tolist())                        # HOT-3
-        self._count_applied(len(keys), len(rows))                                 # STAT-5
+        self.count_applied(len(keys), len(rows))                                  # STAT-5
         return len(rows)
 
     # ------------------------------------------------------------ eviction
-    def _evict(self, now):
-        cutoff = self._eviction_cutoff(now, self.clock)                           # EVI-1
+    def evict(self, now):
+        cutoff = eviction_cutoff(self.config, now, self.clock)                    # EVI-1
         if cutoff is None:
             return np.zeros(0, dtype=np.int64)
-        expired = eviction.expired_keys(self._table, cutoff)
-        admitted, pending = eviction.remove_keys(self._table, expired)            # EVI-2, EVI-3
-        self._counters["evicted"] += admitted                                     # STAT-4
-        self._counters["evicted_pending"] += pending
+        expired = eviction.expired_keys(self.table, cutoff)
+        admitted, pending = eviction.remove_keys(self.table, expired)             # EVI-2, EVI-3
+        self.counters["evicted"] += admitted                                      # STAT-4
+        self.counters["evicted_pending"] += pending
         return expired
 
     # ------------------------------------------------------------- queries
-    def _size(self) -> int:
-        return len(self._table.row_of)
+    def size(self) -> int:
+        return len(self.table.row_of)
 
-    def _stats(self):
-        table = self._table
-        return self._counter_stats(size=len(table.row_of), history=len(table.count), hot_rows=len(table.hot))
+    def stats(self):
+        table = self.table
+        return self.counter_stats(size=len(table.row_of), history=len(table.count), hot_rows=len(table.hot))
 
-    def _row_handles(self, keys):
-        return lookup.row_handles(self._table, keys)                             # EXP-5
+    def row_handles(self, keys):
+        return lookup.row_handles(self.table, keys)                              # EXP-5
 
     # ---------------------------------------------------------- tier moves
     def rows_of(self, keys, rows=None):
-        return tiers.rows_of(self._table, keys)        # the reference finds rows by key
+        return tiers.rows_of(self.table, keys)         # the reference finds rows by key
 
     def entries_of(self, keys, rows):
-        return tiers.entries_of(self._table, keys)
+        return tiers.entries_of(self.table, keys)
 
     def drop_rows(self, keys) -> None:
-        tiers.drop_rows(self._table, keys)
+        tiers.drop_rows(self.table, keys)
 
     def put_rows(self, keys, values, slots, counts, last_seen) -> None:
-        self._hold_at_least(len(self._table.row_of) + len(keys))
-        tiers.put_rows(self._table, keys, values, slots, counts, last_seen, self._capacity_rows)
+        self.hold_at_least(len(self.table.row_of) + len(keys))
+        tiers.put_rows(self.table, keys, values, slots, counts, last_seen, self.capacity_rows)
 
     def admitted_entries(self):
-        return tiers.admitted_entries(self._table)
+        return tiers.admitted_entries(self.table)
 
     # ---------------------------------------------------------- checkpoint
-    def _export(self) -> TableState:
-        return checkpoint.export_state(self._table, self.clock, self.clock_source)
+    def export(self) -> TableState:
+        return checkpoint.export_state(self.table, self.clock, self.clock_source)
 
-    def _import_state(self, state: TableState) -> None:
-        self._reset()
-        checkpoint.import_state(self._table, state, self._capacity_after_import(len(state.keys)))   # CKPT-6
+    def import_state(self, state: TableState) -> None:
+        self.reset()
+        checkpoint.import_state(self.table, state, self.capacity_after_import(len(state.keys)))    # CKPT-6
         self.clock, self.clock_source = state.clock, state.clock_source
+
+
+class RefStore(Store):
+    """The reference backend: a ``Store`` over a ``RefEngine``."""
+
+    backend_name = "ref"
+    engine_class = RefEngine    # the engine this facade builds (a subclass may name its own)
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
+                 hot_update_step: int | None = None):
+        config, optimizer = checked_table(config, optimizer)
+        super().__init__(config, optimizer,
+                         engine=self.engine_class(config, optimizer, hot_rows, hot_update_step))
