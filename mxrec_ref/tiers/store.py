@@ -57,7 +57,7 @@ class TieredStore(Store):
             raise UsageError(f"table {config.name!r}: ssd_folder_limit_bytes: SSD options need an SSD tier "
                              f"(ssd_vocabulary_size > 0)")
         inner = inner_factory(in_memory_config(config), optimizer)
-        if not isinstance(inner.engine, TierMoves):    # CON-10, before any file of the disk tier exists
+        if not isinstance(getattr(inner, "engine", None), TierMoves):   # CON-10, before any disk file exists
             raise tier_moves_error(config, backend, inner)
         self.backend_name = inner.backend_name
         super().__init__(config, optimizer, engine=TieredEngine(
