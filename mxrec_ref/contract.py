@@ -643,6 +643,10 @@ class HooksEngine(Engine):
         return LookupResult(self.name, resolved.unique, resolved.rows, resolved.inverse.reshape(resolved.shape),
                             resolved.admitted, resolved.train, resolved.n_unique, 0, resolved.handles)
 
+    def lookup(self, keys, shape, *, train, step, timestamp, pad_to, counts) -> LookupResult:
+        # The hook's result as it is: a hooks store has no phases (resolve and gather split it after the fact).
+        return self.hooks.lookup(keys, shape, train, step, timestamp, pad_to, counts)
+
     def apply(self, keys, grads, mask, step, *, optimizer, handles=None) -> int:
         # The hooks read the store's optimizer (this engine's): for this call (OPT-10) it is ``optimizer``.
         kept = self.optimizer

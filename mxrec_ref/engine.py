@@ -111,7 +111,7 @@ def default_key_limit(config: TableConfig) -> int | None:
 
 
 # ------------------------------------------------------------ the protocol
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(eq=False, slots=True)     # not frozen: a frozen init costs 4x on every lookup
 class Resolved:
     """One batch after ``resolve``: what ``gather`` and ``apply`` need, nothing recomputed.
 
@@ -121,7 +121,8 @@ class Resolved:
     engines that have them, else None).  ``rows`` are the rows read by the probe that resolved
     the keys (the fast kernel reads them in the same pass); ``hot_index`` each unique key's
     index in the hot block (None: no hot set or not kept).  ``padded``: whether ``rows``,
-    ``admitted`` and ``handles`` are already padded to ``pad_to`` (the fast kernels pad)."""
+    ``admitted`` and ``handles`` are already padded to ``pad_to`` (the fast kernels pad).  Nobody
+    changes a Resolved after ``resolve`` made it."""
 
     keys: np.ndarray
     shape: tuple
