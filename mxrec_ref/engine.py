@@ -168,7 +168,10 @@ class Engine(ABC):
 
     @abstractmethod
     def gather(self, resolved: Resolved) -> LookupResult:
-        """The lookup result of a resolved batch, padded (LKP-4); changes nothing."""
+        """The lookup result of a resolved batch, padded (LKP-4); changes nothing.  The reference and
+        fast engines read the rows in ``resolve``'s own probe (one pass over the keys in C), so their
+        ``gather`` only pads and packs: a resolve run ahead of an earlier batch's apply (the pipeline)
+        needs a gather that reads the rows by ``handles`` instead."""
 
     def lookup(self, keys: np.ndarray, shape: tuple, *, train: bool, step: int | None, timestamp: int | None,
                pad_to: int | None, counts: np.ndarray | None) -> LookupResult:

@@ -238,3 +238,16 @@ def test_con_10_a_third_party_engine_gets_the_tiers_from_open_store(monkeypatch,
     assert theirs.stats() == ours.stats() and theirs.stats()["host_to_device_rows"] > 0
     mine, reference = theirs.export(), ours.export()
     assert np.array_equal(mine.keys, reference.keys) and np.array_equal(mine.values, reference.values)
+
+
+def test_con_10_a_store_needs_an_engine_or_the_hooks():
+    """A Store subclass that supplies no engine must implement the hooks; one that implements neither
+    fails when it is built, naming what it lacks (as the abstract base class did)."""
+    class Nothing(Store):
+        backend_name = "nothing"
+
+    with pytest.raises(TypeError, match="Nothing without an engine.*_lookup, _apply"):
+        Nothing(TableConfig("t", dim=2, device_vocabulary_size=4))
+    engine = RefEngine(TableConfig("t", dim=2, device_vocabulary_size=4, access_threshold=0), Adagrad(0.1))
+    store = Nothing(engine.config, engine.optimizer, engine=engine)
+    assert store.lookup(np.array([5, 5, 6]), step=0).n_unique == 2 and engine.size() == 2
