@@ -13,6 +13,11 @@ from mxrec_ref.ref import RefEngine
 from mxrec_ref.tiers import FastDevicePlacement, RefDevicePlacement
 from mxrec_ref.tiers.placement import PyHostHeap
 
+try:
+    from mxrec_ref.fast import FastEngine
+except ImportError:       # the fast path is not built: the reference's engine is checked alone
+    FastEngine = None
+
 
 class HbmOnlyStore(Store):
     """A third-party store written against the hooks (every hook, by delegation to a reference
@@ -251,3 +256,15 @@ def test_con_10_a_store_needs_an_engine_or_the_hooks():
     engine = RefEngine(TableConfig("t", dim=2, device_vocabulary_size=4, access_threshold=0), Adagrad(0.1))
     store = Nothing(engine.config, engine.optimizer, engine=engine)
     assert store.lookup(np.array([5, 5, 6]), step=0).n_unique == 2 and engine.size() == 2
+
+
+def test_con_10_the_engine_protocol_is_public_names_only():
+    """What a wrapper engine may call (the Engine protocol and TierMoves) carries no underscore name,
+    and the built-in engines implement all of it."""
+    declared = set(Engine.__abstractmethods__) | set(TierMoves.__abstractmethods__) | set(TierMoves.__annotations__)
+    assert declared and not [name for name in declared if name.startswith("_")]
+    assert {"resolve", "gather", "apply", "evict", "import_state", "export", "row_handles"} <= declared
+    for engine in (RefEngine(ddr_config(), Adagrad(0.1)),) + ((FastEngine(ddr_config(), Adagrad(0.1)),)
+                                                               if FastEngine is not None else ()):
+        assert isinstance(engine, Engine) and isinstance(engine, TierMoves)
+        assert all(hasattr(engine, name) for name in declared)
