@@ -78,13 +78,14 @@ class Timers:
                 (contract.Store, "lookup", "  Store.lookup"),
                 (contract.Store, "_check_keys", "    argument checks: keys"),
                 (contract, "_read_only", "    read-only result views"),
-                (store.FastStore, "_lookup", "    FastStore._lookup"),
+                (store.FastEngine, "resolve", "    FastEngine.resolve"),
+                (store.FastEngine, "gather", "    FastEngine.gather"),
                 (initializers, "initial_rows", "      initial rows (truncated normal)"),
                 (contract.Store, "apply_gradients", "apply callback (Store.apply_gradients)"),
                 (contract.Store, "_check_grads", "    argument checks: gradients"),
                 (contract.Store, "_check_finite", "    argument checks: finite"),
                 (contract, "sum_duplicates", "    np.unique of the keys (sum_duplicates)"),
-                (store.FastStore, "_apply", "    FastStore._apply")):
+                (store.FastEngine, "apply", "    FastEngine.apply")):
             self.wrap(owner, name, label)
             self.seconds[label] = 0.0
 

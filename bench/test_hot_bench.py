@@ -81,9 +81,9 @@ def tables(request):
     assert stats["hot_refreshes"] == 1 and stats["hot_rows"] == hot.hot_rows("hot_bench", DIM, None)
     assert off.stats()["hot_rows"] == 0 and on.size() == off.size() == ROWS
     started = time.perf_counter()
-    on._refresh_hot()          # what one refresh costs (same counts: the same hot set again)
+    on.engine.refresh_hot()     # what one refresh costs (same counts: the same hot set again)
     refresh_ms = (time.perf_counter() - started) * 1e3
-    on._counters["hot_refreshes"] -= 1
+    on.engine.counters["hot_refreshes"] -= 1
     return request.param, on, off, refresh_ms
 
 

@@ -50,7 +50,7 @@ def measure(n: int, rounds: int, folder: Path, modes: list[str]) -> dict[str, li
             times[mode].append((time.perf_counter() - start) / STEPS_PER_ROUND * 1e3)
     extra = {}
     for mode in [mode for mode in modes if mode.startswith("ssd")]:
-        disk = stores[mode][0]._disk
+        disk = stores[mode][0].engine.disk
         extra[mode] = disk.index_bytes() / max(1, len(disk))
     print(f"  disk index bytes per on-disk row: {extra}", flush=True)
     stores.clear()

@@ -30,6 +30,8 @@ except ImportError as _error:  # extension not built: only the reference is avai
     FastStore, _FAST_IMPORT_ERROR = None, _error
 
 _BACKENDS: dict[str, Callable[..., Store]] = {}
+# The stores over the in-memory bookkeeping (mxrec_ref.engine.InMemoryBookkeeping), which take hot_update_step.
+_IN_MEMORY_STORES = tuple(kind for kind in (InMemoryStore, RefStore, FastStore) if kind is not None)
 
 
 def register_backend(name: str, factory: Callable[..., Store]) -> None:
@@ -99,9 +101,9 @@ def _open_local(config, optimizer, backend: str, hot_rows: int | None, tier_opti
         raise UsageError(f"table {getattr(config, 'name', '?')!r}: {unknown[0]}: not an option of open_store "
                          f"(options: hot_rows, {', '.join(TIER_OPTIONS)})")
     if isinstance(config, TableConfig) and isinstance(_BACKENDS[backend], type) \
-            and issubclass(_BACKENDS[backend], InMemoryStore):
+            and issubclass(_BACKENDS[backend], _IN_MEMORY_STORES):
         # The environment is read here, once per store, and passed down (HOT-1); a third-party
-        # factory that is no InMemoryStore reads what it needs itself.
+        # factory that is none of these reads what it needs itself.
         factory = functools.partial(factory, hot_update_step=hot.update_step(config.name))
     if isinstance(config, TableConfig) and config.host_vocabulary_size > 0:
         return TieredStore(config, optimizer, factory, backend=backend, **tier_options)   # CON-10

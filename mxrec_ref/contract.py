@@ -1,35 +1,32 @@
 """The store contract: one shard of one sparse table (spec/contract.md).
 
-``Store`` is the interface every backend implements: the reference model
-(``mxrec_ref.ref``, the oracle), the Cython fast path (``mxrec_ref.fast``) and
-the storage tiers around either.  This module holds what is *not* model logic
-and must be identical in every backend: argument validation (so a bad call
-fails the same way, before any state changes), the per-store lock, checkpoint
-I/O (through ``export`` and ``_import_state``, so one on-disk format serves
-every backend), and the small rules every backend calls rather than restates
-(send_count, the clock source, capacity growth, the eviction cut-off), so each
-rule and its error message exist once.
+``Store`` is the public facade of every table: the reference model (``mxrec_ref.ref``, the
+oracle), the Cython fast path (``mxrec_ref.fast``) and the storage tiers around either.  It holds
+what is *not* model logic and must be identical in every backend: argument validation (so a bad
+call fails the same way, before any state changes), the per-store lock, the statistics' device
+rule, the change log, and checkpoint I/O (through the engine's ``export`` and ``import_state``, so
+one on-disk format serves every backend).  Everything else it hands to its ``engine``
+(``mxrec_ref.engine``: the protocol, with public names), which receives validated arguments only.
 
-``InMemoryStore`` adds what the two in-memory backends share: the statistics
-counters, the table clock, the capacity rows and the hot schedule.
-
-Backends implement the ``_``-prefixed hooks; they receive validated arguments
-only.  The registry (``mxrec_ref.backends``) sits above this module; nothing
-here imports it.
+A third party either supplies an ``Engine`` (``Store(config, optimizer, engine=...)``; one that is
+also a ``TierMoves`` gets the storage tiers from ``open_store``) or subclasses ``Store`` and
+implements the ``_``-prefixed hooks (``_lookup``, ``_apply``, ...): ``HooksEngine`` adapts those.
+The registry (``mxrec_ref.backends``) sits above this module; nothing here imports it.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
 import threading
-from abc import ABC, abstractmethod
+from typing import Callable
 
 import numpy as np
 
-from . import checkpoint, hot
+from . import checkpoint
 from .config import TableConfig
+# TierMoves is imported from here too (CON-10 names mxrec_ref.contract.TierMoves).
+from .engine import Engine, InMemoryBookkeeping, Resolved, TierMoves, check_send_count, default_key_limit
 from .errors import CapacityError, ConfigError, GradientError, KeyInputError, NotSupported, UsageError
 from .optimizers import SGD, SparseOptimizer
 from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
@@ -62,9 +59,21 @@ class WarmStartPlan:
     keys_after: np.ndarray | None   # None: the table grows, any checkpoint fits
 
 
-class Store(ABC):
-    """One table's sparse state.  Public methods validate, take the store's
-    lock, and call the backend hook; see spec/contract.md for the rules."""
+def checked_table(config, optimizer):
+    """(config, optimizer) of a new store, checked: an ``mxrec_ref.TableConfig`` and a sparse
+    optimizer (SGD(0.01) when None)."""
+    if not isinstance(config, TableConfig):
+        raise TypeError(f"config must be an mxrec_ref.TableConfig, got {type(config).__name__}")
+    optimizer = SGD(learning_rate=0.01) if optimizer is None else optimizer
+    if not isinstance(optimizer, SparseOptimizer):
+        raise TypeError(f"table {config.name!r}: optimizer: must be an mxrec_ref sparse optimizer, "
+                        f"got {type(optimizer).__name__}")
+    return config, optimizer
+
+
+class Store:
+    """One table's sparse state.  Public methods validate, take the store's lock, and call the
+    engine (``self.engine``); see spec/contract.md for the rules."""
 
     backend_name = "abstract"
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
@@ -74,19 +83,48 @@ class Store(ABC):
     # with this reason for a DDR or SSD table (CON-11) instead of CON-10's UsageError.
     tiers_not_expressible: str | None = None
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None):
-        if not isinstance(config, TableConfig):
-            raise TypeError(f"config must be an mxrec_ref.TableConfig, got {type(config).__name__}")
-        optimizer = SGD(learning_rate=0.01) if optimizer is None else optimizer
-        if not isinstance(optimizer, SparseOptimizer):
-            raise TypeError(f"table {config.name!r}: optimizer: must be an mxrec_ref sparse optimizer, "
-                            f"got {type(optimizer).__name__}")
-        self.config = config
-        self.optimizer = optimizer
-        self.counting = True      # False after set_threshold(0): counts frozen (ADM-9)
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, *,
+                 engine: Engine | None = None):
+        """``engine``: the table's engine (built for this config and optimizer); without one, this
+        class must implement the underscore hooks (``HooksEngine`` drives them)."""
+        config, optimizer = checked_table(config, optimizer)
         self._last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
         self._change_log = None        # key arrays whose rows may have changed, ALL_KEYS, or None: no log (SERVE-3)
         self._lock = threading.RLock()
+        if engine is None:
+            engine = HooksEngine(self._own_hooks(), config, optimizer)
+        elif not isinstance(engine, Engine):
+            raise TypeError(f"table {config.name!r}: engine: must be an mxrec_ref.engine.Engine, "
+                            f"got {type(engine).__name__}")
+        elif self.backend_name == Store.backend_name:
+            self.backend_name = engine.backend_name     # a plain facade names its engine's backend
+        self.engine = engine
+
+    # The table's configuration, optimizer and counting switch are the engine's (one copy).
+    @property
+    def config(self) -> TableConfig:
+        return self.engine.config
+
+    @config.setter
+    def config(self, config: TableConfig) -> None:
+        self.engine.config = config
+
+    @property
+    def optimizer(self) -> SparseOptimizer:
+        return self.engine.optimizer
+
+    @optimizer.setter
+    def optimizer(self, optimizer: SparseOptimizer) -> None:
+        self.engine.optimizer = optimizer
+
+    @property
+    def counting(self) -> bool:
+        """False after set_threshold(0): counts frozen (ADM-9)."""
+        return self.engine.counting
+
+    @counting.setter
+    def counting(self, counting: bool) -> None:
+        self.engine.counting = counting
 
     # ----------------------------------------------------------------- API
     @property
@@ -114,7 +152,8 @@ class Store(ABC):
             timestamp = self._check_time("timestamp", timestamp, required=False)
         pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            result = _read_only(self._lookup(flat, shape, train, step, timestamp, pad_to, counts))
+            result = _read_only(self.engine.lookup(flat, shape, train=train, step=step, timestamp=timestamp,
+                                                   pad_to=pad_to, counts=counts), id(self))
             if train:
                 self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
             return result
@@ -131,6 +170,7 @@ class Store(ABC):
         """
         step = self._check_time("step", step, required=True)
         optimizer = self._optimizer_for(learning_rate)
+        handles = None
         if isinstance(result, LookupResult):
             if result.store_id != id(self) or result.table != self.name:
                 raise UsageError(f"table {self.name!r}: result: this lookup result belongs to "
@@ -141,6 +181,7 @@ class Store(ABC):
             # OPT-9: every key but padding is resolved now, as by keys; ``admitted`` is lookup-time
             # state, and another training lookup since may have given a pending key its row.
             mask = keys != PADDING_KEY
+            handles = result.row_handles
         else:
             keys, _ = self._check_keys(result, parameter="keys")
             mask = keys != PADDING_KEY
@@ -148,11 +189,9 @@ class Store(ABC):
         if not isinstance(result, LookupResult):
             keys, grads, mask = sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
-        with self._lock, self._applying_with(optimizer):
+        with self._lock:
             self._log_changes(keys)
-            if isinstance(result, LookupResult):
-                return self._apply_result(keys, grads, mask, step, result.row_handles)
-            return self._apply(keys, grads, mask, step)
+            return self.engine.apply(keys, grads, mask, step, optimizer=optimizer, handles=handles)
 
     def _optimizer_for(self, learning_rate) -> SparseOptimizer:
         """OPT-10: the optimizer of one apply -- the store's, or a copy with this call's learning
@@ -167,28 +206,6 @@ class Store(ABC):
         except ConfigError as error:
             raise ConfigError(f"table {self.name!r}: learning_rate: {error}") from None
 
-    @contextlib.contextmanager
-    def _applying_with(self, optimizer: SparseOptimizer):
-        """The update reads ``self.optimizer`` (and the stores behind this one theirs): for one
-        apply under the lock, they read ``optimizer``."""
-        if optimizer is self.optimizer:         # the common case: nothing to set
-            yield
-            return
-        stores = [self, *self._stores_behind()]
-        kept = [store.optimizer for store in stores]
-        for store in stores:
-            store.optimizer = optimizer
-        try:
-            yield
-        finally:
-            for store, original in zip(stores, kept):
-                store.optimizer = original
-
-    def _stores_behind(self) -> tuple:
-        """Stores whose private ``_apply`` this one calls directly (a tiered store's in-memory
-        store), so they update with this call's optimizer too (OPT-10)."""
-        return ()
-
     def evict(self, now: int | None = None) -> np.ndarray:
         """Remove every key with ``now - last_seen >= eviction_threshold``;
         ``now`` defaults to the table clock.  Returns the removed keys, sorted."""
@@ -197,7 +214,7 @@ class Store(ABC):
                              f"(eviction_threshold={self.config.eviction_threshold})")
         now = self._check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
-            evicted = self._evict(now)
+            evicted = self.engine.evict(now)
             self._log_changes(evicted)
         logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
                    self.name, len(evicted), now)
@@ -212,15 +229,11 @@ class Store(ABC):
                 or not 0 <= int(threshold) <= 2**31 - 1:
             raise UsageError(f"table {self.name!r}: threshold: must be an integer in [0, 2**31-1], got {threshold!r}")
         with self._lock:
-            if int(threshold) == 0:
-                self.counting = False
-                return
-            self.config = dataclasses.replace(self.config, access_threshold=int(threshold))
-            self.counting = True
+            self.engine.set_threshold(int(threshold))
 
     def effective_coefficient(self) -> int:
         """What a training access adds to a count now: faae_coefficient, or 0 while counting is off."""
-        return self.config.faae_coefficient if self.counting else 0
+        return self.engine.effective_coefficient()
 
     def set_optimizer(self, optimizer: SparseOptimizer) -> None:
         """Apply with ``optimizer`` from now on: the same kind (the same slots), other hyper-parameters
@@ -229,29 +242,26 @@ class Store(ABC):
             raise UsageError(f"table {self.name!r}: optimizer: set_optimizer keeps the kind "
                              f"{self.optimizer.kind!r} (its slots), got {getattr(optimizer, 'kind', optimizer)!r}")
         with self._lock:
-            self._set_optimizer(optimizer)
-
-    def _set_optimizer(self, optimizer: SparseOptimizer) -> None:
-        self.optimizer = optimizer
+            self.engine.set_optimizer(optimizer)
 
     def size(self) -> int:
         with self._lock:
-            return self._size()
+            return self.engine.size()
 
     def capacity(self) -> int:
         with self._lock:
-            return self._capacity()
+            return self.engine.capacity()
 
     def stats(self) -> dict[str, int]:
         with self._lock:
-            stats = self._stats()
+            stats = self.engine.stats()
         if not self.tiered:
             stats["device_rows"] = stats["size"]     # HBM: every row is on the device (TIER-10)
         return {name: int(stats.get(name, 0)) for name in STAT_NAMES}
 
     def export(self) -> TableState:
         with self._lock:
-            return self._export()
+            return self.engine.export()
 
     def save(self, directory, *, incremental: bool = False) -> str:
         """Write the table under ``directory/<table name>/`` (CKPT-*); returns that path.
@@ -263,7 +273,7 @@ class Store(ABC):
         incremental = self._check_bool("incremental", incremental)
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         with self._lock:
-            state = self._export()
+            state = self.engine.export()
             if incremental and self._last_checkpoint is not None:
                 previous_dir, previous_state = self._last_checkpoint
                 checkpoint.check_delta_target(directory, previous_dir, self.name)
@@ -284,7 +294,7 @@ class Store(ABC):
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
             self.check_fits(len(state.keys))
-            self._import_state(state)
+            self.engine.import_state(state)
             self._last_checkpoint = (directory, state)
             self._log_changes(ALL_KEYS)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
@@ -311,9 +321,9 @@ class Store(ABC):
         loaded = checkpoint.read_table(directory, self.config, self.optimizer, source_table=source_table,
                                        slots_required=False)
         keys_after = None
-        if self._key_limit() is not None:        # only a table that cannot grow needs the keys it will hold
+        if self.engine.key_limit() is not None:        # only a table that cannot grow needs the keys it will hold
             with self._lock:
-                before = after.keys_after if after is not None else self._export().keys
+                before = after.keys_after if after is not None else self.engine.export().keys
             keys_after = np.union1d(before, loaded.keys)
             self.check_fits(len(keys_after))
         return WarmStartPlan(store_id=id(self), table=self.name, directory=directory, loaded=loaded, now=now,
@@ -326,9 +336,9 @@ class Store(ABC):
         changes then either).  Returns the number of keys loaded."""
         self._check_plan(plan)
         with self._lock:
-            merged = merge_warm_start(self._export(), plan.loaded, self.config.admit_threshold, plan.now)
+            merged = merge_warm_start(self.engine.export(), plan.loaded, self.config.admit_threshold, plan.now)
             self.check_fits(len(merged.keys))
-            self._import_state(merged)
+            self.engine.import_state(merged)
             self._log_changes(ALL_KEYS)
         logger.info("table %r: warm start merged %d keys from %s", self.name, len(plan.loaded.keys), plan.directory)
         return len(plan.loaded.keys)
@@ -339,22 +349,21 @@ class Store(ABC):
         bookkeeping and no change log.  What a wrapper (sharding, replicas, the sharded checkpoint) uses
         to install the state it read or merged (CON-10)."""
         with self._lock:
-            self._import_state(state)
+            self.engine.import_state(state)
 
     def table_clock(self) -> tuple[int | None, str | None]:
         """(the table's clock, its source): the largest step or timestamp a training lookup has
         given it, and which of the two it is (CON-5); (None, None) before the first.  After a
         ``load`` it is the checkpoint's (the TF layer continues its step count from it, TF-5)."""
         with self._lock:
-            state = self._export()
-        return state.clock, state.clock_source
+            return self.engine.table_clock()
 
     def row_handles(self, keys) -> np.ndarray:
         """Row index of each key, -1 where it holds none (for tests and the TF
         layer; placement is specified in EXP-4 so backends agree)."""
         flat, _ = self._check_keys(keys)
         with self._lock:
-            return self._row_handles(flat)
+            return self.engine.row_handles(flat)
 
     # ------------------------------------------------ change log (spec/serving.md, SERVE-3)
     def keep_change_log(self) -> None:
@@ -384,16 +393,17 @@ class Store(ABC):
         row copy (``rows_of``) read only those rows; a tiered table reads its export."""
         keys = np.asarray(keys, dtype=np.int64)
         with self._lock:
-            if self.tiered or not hasattr(self, "rows_of"):
-                state = self._export()
+            engine = self.engine
+            if self.tiered or not isinstance(engine, TierMoves):
+                state = self.engine.export()
                 at = np.minimum(np.searchsorted(state.keys, keys), max(len(state.keys) - 1, 0))
                 held = (state.keys[at] == keys) if len(state.keys) else np.zeros(len(keys), bool)
                 return held, np.asarray(state.values, np.float32)[at[held]]
-            handles = np.asarray(self._row_handles(keys), dtype=np.int64)
+            handles = np.asarray(engine.row_handles(keys), dtype=np.int64)
             held = handles >= 0
             if not held.any():
                 return held, np.zeros((0, self.config.dim), np.float32)
-            return held, np.asarray(self.rows_of(keys[held], handles[held])[0], np.float32)
+            return held, np.asarray(engine.rows_of(keys[held], handles[held])[0], np.float32)
 
     def _log_changes(self, keys) -> None:
         log = self._change_log
@@ -404,55 +414,95 @@ class Store(ABC):
             return
         log.append(np.array(keys, dtype=np.int64))     # a copy: the caller may change its array afterwards
         self._change_log_keys += len(keys)
-        if self._change_log_keys > max(CHANGE_LOG_MIN_KEYS, 4 * self._size()):
+        if self._change_log_keys > max(CHANGE_LOG_MIN_KEYS, 4 * self.engine.size()):
             self._change_log = [ALL_KEYS]        # as long as the table: a full delta costs no more
 
     def _logs_every_change(self) -> bool:
         return all(getattr(type(self), name) is getattr(Store, name) for name in LOGGED_CALLS)
 
-    # ------------------------------------------------------ backend hooks
-    @abstractmethod
-    def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
-                timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult: ...
+    # ------------------------------------------- hooks of a Store subclass without an engine
+    # A subclass that passes no engine implements the HOOKS; HooksEngine (below) calls them with
+    # validated arguments.  On a facade with an engine each hook is that engine's call (what a
+    # subclass written against the hooks may delegate to), so the two kinds compose.
+    HOOKS = ("_lookup", "_apply", "_evict", "_size", "_capacity", "_stats", "_export", "_import_state",
+             "_row_handles")
 
-    @abstractmethod
-    def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int: ...
+    def _own_hooks(self) -> StoreHooks:
+        """This subclass's hooks for its HooksEngine; a TypeError names the ones it lacks."""
+        missing = [name for name in self.HOOKS if getattr(type(self), name) is getattr(Store, name)]
+        if missing:      # what an abstract base class said before the facade had engines
+            raise TypeError(f"Can't instantiate abstract class {type(self).__name__} without an engine: it "
+                            f"implements neither an Engine nor the hooks {', '.join(missing)}")
+        return StoreHooks(lookup=self._lookup, apply=self._apply, apply_result=self._apply_result,
+                          evict=self._evict, size=self._size, capacity=self._capacity, stats=self._stats,
+                          export=self._export, import_state=self._import_state, row_handles=self._row_handles,
+                          key_limit=self._key_limit, set_optimizer=self._set_optimizer,
+                          table_clock=self._table_clock)
+
+    def _lookup(self, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
+                timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult:
+        result = self.engine.lookup(keys, shape, train=train, step=step, timestamp=timestamp, pad_to=pad_to,
+                                    counts=counts)
+        return dataclasses.replace(result, store_id=id(self))
+
+    def _apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int) -> int:
+        return self.engine.apply(keys, grads, mask, step, optimizer=self.optimizer)
 
     def _apply_result(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int,
                       handles: np.ndarray | None) -> int:
         """_apply for a LookupResult of this store: ``keys`` are unique by construction (no OPT-1 merge)
         and ``handles`` the rows the lookup resolved, which a backend may reuse once it has checked
         they still hold their keys (OPT-9).  The default resolves by key."""
-        return self._apply(keys, grads, mask, step)
+        if isinstance(self.engine, HooksEngine):
+            return self._apply(keys, grads, mask, step)
+        return self.engine.apply(keys, grads, mask, step, optimizer=self.optimizer, handles=handles)
 
-    @abstractmethod
-    def _evict(self, now: int | None) -> np.ndarray: ...
+    def _evict(self, now: int | None) -> np.ndarray:
+        return self.engine.evict(now)
 
-    @abstractmethod
-    def _size(self) -> int: ...
+    def _size(self) -> int:
+        return self.engine.size()
 
-    @abstractmethod
-    def _capacity(self) -> int: ...
+    def _capacity(self) -> int:
+        return self.engine.capacity()
 
-    @abstractmethod
-    def _stats(self) -> dict[str, int]: ...
+    def _stats(self) -> dict[str, int]:
+        return self.engine.stats()
 
-    @abstractmethod
-    def _export(self) -> TableState: ...
+    def _export(self) -> TableState:
+        return self.engine.export()
 
-    @abstractmethod
-    def _import_state(self, state: TableState) -> None: ...
+    def _import_state(self, state: TableState) -> None:
+        self.engine.import_state(state)
 
-    @abstractmethod
-    def _row_handles(self, keys: np.ndarray) -> np.ndarray: ...
+    def _row_handles(self, keys: np.ndarray) -> np.ndarray:
+        return self.engine.row_handles(keys)
 
-    # ------------------------------------------------- shared validation
+    def _set_optimizer(self, optimizer: SparseOptimizer) -> None:
+        if isinstance(self.engine, HooksEngine):
+            self.optimizer = optimizer
+        else:
+            self.engine.set_optimizer(optimizer)
+
+    def _table_clock(self) -> tuple[int | None, str | None]:
+        if isinstance(self.engine, HooksEngine):
+            state = self._export()
+            return state.clock, state.clock_source
+        return self.engine.table_clock()
+
     def _key_limit(self) -> int | None:
         """The most keys a loaded or warm-started table may hold (CKPT-6); None for one that grows."""
-        return None if self.config.dynamic_expansion else self.config.table_capacity
+        if isinstance(self.engine, HooksEngine):
+            return default_key_limit(self.config)
+        return self.engine.key_limit()
+
+    # ------------------------------------------------- shared validation
+    def key_limit(self) -> int | None:
+        """The most keys a loaded or warm-started table may hold (CKPT-6); None for one that grows."""
+        return self.engine.key_limit()
 
     def check_fits(self, n_keys: int) -> None:
-        limit = self._key_limit()
+        limit = self.engine.key_limit()
         if limit is not None and n_keys > limit:
             parameter = self.config.capacity_parameter
             raise CapacityError(
@@ -463,35 +513,6 @@ class Store(ABC):
         if not isinstance(plan, WarmStartPlan) or plan.store_id != id(self):
             raise UsageError(f"table {self.name!r}: plan: not a warm-start plan of this store; pass what this "
                              f"store's plan_warm_start returned")
-
-    def _count_positions(self, train: bool, positions: int, padding: int, with_row: int) -> None:
-        """STAT-3 for one lookup: ``positions`` looked up, ``padding`` of them -1,
-        ``with_row`` of them answered from a stored row.  Backends keep ``_counters``."""
-        counters = self._counters
-        real = positions - padding
-        if not train:
-            counters["eval_lookups"] += 1
-        counters["padding_positions"] += padding
-        counters["key_positions"] += real
-        counters["default_positions"] += real - with_row
-
-    def _grown_capacity(self, needed: int, capacity: int) -> int:
-        """The capacity a lookup needing ``needed`` rows leaves: unchanged if it
-        fits, doubled (at least ``needed``) with dynamic expansion (EXP-3), else
-        a CapacityError before anything changed (EXP-2)."""
-        if needed <= capacity:
-            return capacity
-        if not self.config.dynamic_expansion:
-            raise self._capacity_error(needed, capacity)
-        logger.info("table %r: capacity grows from %d to %d rows", self.name, capacity, max(2 * capacity, needed))
-        return max(2 * capacity, needed)
-
-    def _capacity_error(self, needed: int, capacity: int) -> Exception:
-        """The error of a training lookup that would overflow a fixed-size table (EXP-2)."""
-        parameter = self.config.capacity_parameter
-        return CapacityError(
-            f"table {self.name!r}: {parameter}: the batch needs {needed} rows but the table holds {capacity}; "
-            f"raise {parameter} to at least {needed} or turn on dynamic expansion (nothing was changed)")
 
     def _check_bool(self, parameter: str, value) -> bool:
         if not isinstance(value, (bool, np.bool_)):
@@ -547,30 +568,6 @@ class Store(ABC):
                              f"(4 GiB of padded rows), got {pad_to} x {self.config.dim}")
         return pad_to
 
-    def _check_send_count(self, n_unique: int, pad_to: int | None) -> None:
-        """LKP-4: a static-shape batch may not have more unique keys than it is padded to.
-        Every backend and the tiers call this before the lookup changes anything."""
-        if pad_to is not None and n_unique > pad_to:
-            raise UsageError(f"table {self.name!r}: send_count: the batch has {n_unique} unique keys, "
-                             f"more than send_count={pad_to}; raise send_count")
-
-    def _check_clock_source(self, clock_source: str | None, timestamp: int | None) -> str:
-        """CON-5: a table's clock is the step or the data timestamp, fixed by its first training
-        lookup; returns the source this training lookup uses."""
-        source = "timestamp" if timestamp is not None else "step"
-        if clock_source is not None and source != clock_source:
-            raise UsageError(f"table {self.name!r}: timestamp: this table's clock is the {clock_source}; "
-                             f"a training lookup must not switch it to the {source} (CON-5)")
-        return source
-
-    def _eviction_cutoff(self, now: int | None, clock: int | None) -> int | None:
-        """EVI-1: an eviction at ``now`` (default: the table clock ``clock``) removes every key with
-        ``now - last_seen >= eviction_threshold``, i.e. ``last_seen <= `` the cut-off returned;
-        None when there is no time yet (nothing expires).  Every backend and tier tests this one way."""
-        if now is None:
-            now = clock
-        return None if now is None else now - self.config.eviction_threshold
-
     def _check_result_arrays(self, result: "LookupResult") -> tuple[np.ndarray, np.ndarray]:
         """(unique_keys, admitted) of a LookupResult, checked once here for every backend (CON-9)."""
         keys, admitted = result.unique_keys, result.admitted
@@ -589,12 +586,6 @@ class Store(ABC):
             key = int(keys[np.flatnonzero(~finite)[0]])
             raise GradientError(f"table {self.name!r}: grad_rows: key {key}: {problem} (nothing was applied)")
 
-    def _overflow_error(self, key: int) -> GradientError:
-        """OPT-3: the error of an update that would leave NaN or Inf in a row or slot; the backend
-        raises it before committing the update."""
-        return GradientError(f"table {self.name!r}: grad_rows: key {key}: the {self.optimizer.kind} update "
-                             f"overflows to NaN or Inf (nothing was applied)")
-
     def _check_grads(self, grad_rows, n: int) -> np.ndarray:
         array = _as_array(grad_rows)
         if array is None or array.dtype.kind not in "fiu":
@@ -612,63 +603,90 @@ class Store(ABC):
         return grads
 
 
-class TierMoves(ABC):
-    """What a store offers so that the storage tiers (``mxrec_ref.tiers.TieredStore``) can sit in
-    front of it: a DDR or SSD table is the backend's in-memory store behind them (CON-10).
+@dataclasses.dataclass(frozen=True)
+class StoreHooks:
+    """The hooks of a ``Store`` subclass written against them, as the store hands them to its
+    ``HooksEngine`` (bound methods: the store's own calls, given away by the store itself)."""
 
-    The tier wrapper uses the store through the members declared here and its public ``Store``
-    API (``size``, ``stats``, ``export``, ``row_handles``, ``set_threshold``), nothing else; the
-    four ``Store`` hooks it drives are listed in ``STORE_HOOKS``.
-    None of the moves changes a statistic: the wrapper counts what crosses a tier (TIER-10).
-    ``open_store`` refuses to tier a store that is not a ``TierMoves``."""
+    lookup: Callable
+    apply: Callable
+    apply_result: Callable
+    evict: Callable
+    size: Callable
+    capacity: Callable
+    stats: Callable
+    export: Callable
+    import_state: Callable
+    row_handles: Callable
+    key_limit: Callable
+    set_optimizer: Callable
+    table_clock: Callable
 
-    # The Store hooks the wrapper calls with arguments it has validated, once the rows the call needs
-    # are back in memory (Store declares them abstract; named here, not redeclared, so a mixin order
-    # cannot shadow a base class's implementation).  ``_row_handles``: the wrapper's keys are its own
-    # (already checked), so it skips ``row_handles``' argument check.
-    STORE_HOOKS = ("_apply", "_apply_result", "_evict", "_import_state", "_row_handles")
-    device_placement: type     # the backend's device-tier bookkeeping (mxrec_ref.tiers.placement), TIER-4
-    host_heap: type            # the backend's heap of TIER-5's order (mxrec_ref.tiers.placement.HostOrder), TIER-12
-    clock: int | None          # the table clock (CON-5): the wrapper evicts from disk by it (EVI-1)
-    clock_source: str | None   # and checks a lookup's clock source before any row moves (CON-4)
-    optimizer: SparseOptimizer  # the update's optimizer: the wrapper sets its own for one apply (OPT-10)
 
-    @abstractmethod
-    def dedup(self, keys: np.ndarray, counts: np.ndarray | None) -> tuple:
-        """The batch's dedup (LKP-2): a tuple whose first item is the distinct keys in order of
-        first occurrence, padding included; the rest is the backend's own, for lookup_deduped."""
+class HooksEngine(Engine):
+    """The engine of a ``Store`` subclass that implements the underscore hooks instead of supplying an
+    engine (the conformance plugin's and third parties' stores, the sharded stores): each protocol call
+    goes to the subclass's hook.  This adapter is the only caller of those hooks; the store hands them
+    over (``Store.__init__``: ``StoreHooks``), so no object reaches into another's underscore names."""
 
-    @abstractmethod
-    def lookup_deduped(self, deduped: tuple, keys: np.ndarray, shape: tuple, train: bool, step: int | None,
-                        timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> LookupResult:
-        """``_lookup`` given the batch's ``dedup``, so that a tiered lookup dedups once (TIER-12)."""
+    def __init__(self, hooks: StoreHooks, config: TableConfig, optimizer: SparseOptimizer):
+        super().__init__(config, optimizer)
+        self.hooks = hooks
 
-    @abstractmethod
-    def rows_of(self, keys: np.ndarray, rows: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray, np.ndarray]:
-        """Copies of what ``keys`` (all holding a row) carry to another tier:
-        (values, {slot: values}, counts, last_seen).  ``rows``: the keys' ``_row_handles`` when the
-        caller has them, so a backend that locates rows by handle need not probe again."""
+    def resolve(self, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+        result = self.hooks.lookup(keys, shape, train, step, timestamp, pad_to, counts)
+        return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=result.unique_keys,
+                        inverse=result.inverse, n_unique=result.n_unique, admitted=result.admitted, rows=result.rows,
+                        handles=result.row_handles, padded=True)
 
-    @abstractmethod
-    def entries_of(self, keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(counts, last_seen) of ``keys`` (all holding a row; ``rows``: their ``_row_handles``):
-        what the host order of TIER-5 needs, without copying the rows' values."""
+    def gather(self, resolved: Resolved) -> LookupResult:
+        return LookupResult(self.name, resolved.unique, resolved.rows, resolved.inverse.reshape(resolved.shape),
+                            resolved.admitted, resolved.train, resolved.n_unique, 0, resolved.handles)
 
-    @abstractmethod
-    def drop_rows(self, keys: np.ndarray) -> None:
-        """Forget ``keys`` (their rows moved to another tier): rows go on the free stack in the
-        given order, as eviction frees them (EXP-4); hot ones leave the hot set (HOT-2)."""
+    def lookup(self, keys, shape, *, train, step, timestamp, pad_to, counts) -> LookupResult:
+        # The hook's result as it is: a hooks store has no phases (resolve and gather split it after the fact).
+        return self.hooks.lookup(keys, shape, train, step, timestamp, pad_to, counts)
 
-    @abstractmethod
-    def put_rows(self, keys: np.ndarray, values: np.ndarray, slots: dict[str, np.ndarray], counts: np.ndarray,
-                  last_seen: np.ndarray) -> None:
-        """Take back ``keys`` (not in the history) with the state they carry; rows are handed out
-        as for new keys (EXP-4) and always fit."""
+    def apply(self, keys, grads, mask, step, *, optimizer, handles=None) -> int:
+        # The hooks read the store's optimizer (this engine's): for this call (OPT-10) it is ``optimizer``.
+        kept = self.optimizer
+        self.optimizer = optimizer
+        try:
+            if handles is not None:
+                return self.hooks.apply_result(keys, grads, mask, step, handles)
+            return self.hooks.apply(keys, grads, mask, step)
+        finally:
+            self.optimizer = kept
 
-    @abstractmethod
-    def admitted_entries(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(keys ascending, counts, last_seen) of every key holding a row."""
+    def evict(self, now):
+        return self.hooks.evict(now)
+
+    def size(self) -> int:
+        return self.hooks.size()
+
+    def capacity(self) -> int:
+        return self.hooks.capacity()
+
+    def stats(self) -> dict[str, int]:
+        return self.hooks.stats()
+
+    def export(self) -> TableState:
+        return self.hooks.export()
+
+    def import_state(self, state: TableState) -> None:
+        self.hooks.import_state(state)
+
+    def row_handles(self, keys):
+        return self.hooks.row_handles(keys)
+
+    def key_limit(self) -> int | None:
+        return self.hooks.key_limit()
+
+    def set_optimizer(self, optimizer: SparseOptimizer) -> None:
+        self.hooks.set_optimizer(optimizer)
+
+    def table_clock(self):
+        return self.hooks.table_clock()
 
 
 def tier_moves_error(config: TableConfig, backend: str, store: Store) -> Exception:
@@ -681,80 +699,56 @@ def tier_moves_error(config: TableConfig, backend: str, store: Store) -> Excepti
                       f"mxrec_ref.contract.TierMoves (spec/contract.md, CON-10); use host_vocabulary_size=0")
 
 
-class InMemoryStore(Store):
-    """What the reference and the fast backend share, written once: the statistics counters
-    (STAT-*), the table clock (CON-5), the capacity rows and their growth (EXP-2, EXP-3, CKPT-6)
-    and the hot schedule (HOT-1, HOT-2).  A subclass keeps its rows; it calls these rules."""
+class InMemoryStore(InMemoryBookkeeping, Store):
+    """A ``Store`` subclass written against the hooks that keeps its rows elsewhere but its
+    bookkeeping in memory (``mxrec_ref.peers.tfra.TFRAStore``): the in-memory engines' counters,
+    clock, capacity rows and hot schedule (``mxrec_ref.engine.InMemoryBookkeeping``) under the
+    names such a subclass calls.  The built-in backends are engines (``RefEngine``, ``FastEngine``)."""
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None, hot_rows: int | None = None,
                  hot_update_step: int | None = None):
-        super().__init__(config, optimizer)
-        # HOT-1: open_store reads HOT_EMB_UPDATE_STEP once and passes it; a store built directly reads it here.
-        self._hot_step = hot.update_step(config.name) if hot_update_step is None else hot_update_step
-        self._hot_capacity = hot.hot_rows(config.name, config.dim, hot_rows)
-        self._counters = {name: 0 for name in STAT_NAMES}
-        self._capacity_rows = config.table_capacity
-        self.clock: int | None = None          # the table's time: max step or timestamp seen (CON-5)
-        self.clock_source: str | None = None
+        Store.__init__(self, config, optimizer)
+        self.start_bookkeeping(self.config, hot_rows, hot_update_step)
+
+    def held_rows(self) -> int:
+        return self._size()
 
     def _capacity(self) -> int:
-        return self._capacity_rows
+        return self.capacity_rows
 
-    def table_clock(self) -> tuple[int | None, str | None]:
-        with self._lock:                       # the clock as kept, without exporting the table
-            return self.clock, self.clock_source
+    def _table_clock(self) -> tuple[int | None, str | None]:
+        return self.clock, self.clock_source       # the clock as kept, without exporting the table
+
+    def _check_send_count(self, n_unique: int, pad_to: int | None) -> None:
+        check_send_count(self.config, n_unique, pad_to)                       # LKP-4
+
+    def _count_positions(self, train: bool, positions: int, padding: int, with_row: int) -> None:
+        self.count_positions(train, positions, padding, with_row)             # STAT-3
 
     def _training_clock(self, step: int, timestamp: int | None) -> tuple[int, str]:
-        """(the clock after this training lookup, its source); checks the source (CON-5) and
-        changes nothing: the caller sets both once its other checks passed."""
-        source = self._check_clock_source(self.clock_source, timestamp)
-        time = timestamp if source == "timestamp" else step
-        return (time if self.clock is None else max(self.clock, time)), source
+        return self.training_clock(step, timestamp)                           # CON-5
 
     def _reserve(self, n_new: int) -> None:
-        """Make room for ``n_new`` more rows or raise before anything changed (EXP-2, EXP-3)."""
-        capacity = self._grown_capacity(self._size() + n_new, self._capacity_rows)
-        if capacity != self._capacity_rows:
-            self._capacity_rows = capacity
-            self._counters["growths"] += 1
-
-    def _hold_at_least(self, n_rows: int) -> None:
-        """Rows coming back from another tier always fit: capacity follows, no growth counted."""
-        self._capacity_rows = max(self._capacity_rows, n_rows)
+        self.reserve(n_new)                                                   # EXP-2, EXP-3
 
     def _capacity_after_import(self, n_keys: int) -> int:
-        """CKPT-6: a loaded table has its configured capacity, or its key count if that is
-        larger and the table grows (a fixed table was checked by check_fits)."""
-        self._capacity_rows = self.config.table_capacity
-        if self.config.dynamic_expansion:
-            self._capacity_rows = max(self.config.table_capacity, n_keys)
-        return self._capacity_rows
-
-    def _refresh_hot_if_due(self, train: bool) -> None:
-        """HOT-2: the hot set is chosen again after every HOT_EMB_UPDATE_STEP-th training lookup."""
-        if train and hot.is_refresh_due(self._counters["train_lookups"], self._hot_step):
-            self._refresh_hot()
-            self._counters["hot_refreshes"] += 1
-
-    def _refresh_hot(self) -> None:
-        """Choose the hot keys (hot.choose_hot_keys) and copy their rows into the hot block."""
-        raise NotImplementedError
+        return self.capacity_after_import(n_keys)                             # CKPT-6
 
     def _count_applied(self, n_keys: int, n_rows: int) -> None:
-        """STAT-5 for one apply_gradients: ``n_rows`` of the ``n_keys`` gradient rows updated a row."""
-        self._counters["grad_applies"] += 1
-        self._counters["grad_rows_applied"] += n_rows
-        self._counters["grad_rows_dropped"] += n_keys - n_rows
+        self.count_applied(n_keys, n_rows)                                    # STAT-5
 
     def _counter_stats(self, *, size: int, history: int, hot_rows: int) -> dict[str, int]:
-        """STAT-1's in-memory values: the counters, and the sizes of now (``history``: keys
-        admitted or pending)."""
-        stats = dict(self._counters)
-        stats["size"] = size
-        stats["capacity"] = self._capacity_rows
-        stats["pending"] = history - size
-        stats["hot_rows"] = hot_rows
-        return stats
+        return self.counter_stats(size=size, history=history, hot_rows=hot_rows)
+
+    @property
+    def _counters(self) -> dict[str, int]:
+        return self.counters
+
+    def refresh_hot(self) -> None:
+        self._refresh_hot()
+
+    def _refresh_hot(self) -> None:
+        raise NotImplementedError
 
 
 def _as_array(value) -> np.ndarray | None:
@@ -773,9 +767,9 @@ def _as_array(value) -> np.ndarray | None:
     return array
 
 
-def _read_only(result: LookupResult) -> LookupResult:
+def _read_only(result: LookupResult, store_id: int) -> LookupResult:
     """A result's arrays as read-only views: a caller cannot rewrite which keys
-    its gradients go to (CON-9)."""
+    its gradients go to (CON-9); the result names the store that made it."""
     views = {}
     for name in ("unique_keys", "rows", "inverse", "admitted", "row_handles"):
         array = base = getattr(result, name)
@@ -787,7 +781,7 @@ def _read_only(result: LookupResult) -> LookupResult:
         view = array.view()
         view.flags.writeable = False
         views[name] = view
-    return dataclasses.replace(result, **views)
+    return dataclasses.replace(result, store_id=store_id, **views)
 
 
 def sum_duplicates(keys: np.ndarray, grads: np.ndarray, mask: np.ndarray):

@@ -53,9 +53,9 @@ def _without_hot(stats):
 def _check_block(store):
     """The core's hot block: live keys hold a row, the right one, and the block
     holds bit-for-bit the row's current values."""
-    core = store._core
+    core = store.engine.core
     keys, values, rows = _fast._py_hot_block(core)
-    assert core.hot_size == len(keys) == store.stats()["hot_rows"] <= store._hot_capacity
+    assert core.hot_size == len(keys) == store.stats()["hot_rows"] <= store.engine.hot_capacity
     assert len(set(keys.tolist())) == len(keys)
     if len(keys):
         assert store.row_handles(keys).tolist() == rows.tolist()
@@ -109,12 +109,12 @@ class HotOnVersusOff(StoreComparison):
         if not len(keys):
             return
         chosen = np.random.default_rng(pick).permutation(keys)[:max(1, int(len(keys) * fraction))]
-        carried = [store.rows_of(chosen) for store in self.stores]
+        carried = [store.engine.rows_of(chosen) for store in self.stores]
         for store in self.stores:
-            store.drop_rows(chosen)
+            store.engine.drop_rows(chosen)
         self.agree()
         for store, (values, slots, counts, last_seen) in zip(self.stores, carried):
-            store.put_rows(chosen, values, slots, counts, last_seen)
+            store.engine.put_rows(chosen, values, slots, counts, last_seen)
         self.last = None
 
 
@@ -157,7 +157,7 @@ def test_hot_2_refresh_every_n_training_lookups_and_exact_hits(which):
     store.lookup(np.array([3, 2], dtype=np.int64), step=12)     # 12th: refresh, counted with the old set
     assert store.stats()["hot_hit_positions"] == before + 4 and store.stats()["hot_refreshes"] == 4
     if which == "fast":
-        assert _fast._py_hot_keys(store._core).tolist() == [3, 1]      # counts: 3: 9+40+2, 1: 27, 2: 18+2
+        assert _fast._py_hot_keys(store.engine.core).tolist() == [3, 1]      # counts: 3: 9+40+2, 1: 27, 2: 18+2
 
 
 def test_hot_4_fast_and_ref_report_the_same_numbers_on_hand_made_sequences():
@@ -184,18 +184,18 @@ def test_hot_3_lookups_read_the_block():
     """White box: a hot index is answered from the block row it names."""
     store = _store(hot_rows=3, step=1)
     store.lookup(np.array([5, 5, 5, 6, 6, 7], dtype=np.int64), step=0)
-    core = store._core
+    core = store.engine.core
     assert _fast._py_hot_keys(core).tolist() == [5, 6, 7]
     unique = np.array([5, 6, 7, 8], dtype=np.int64)
     hot_index = _fast._py_hot_index_of(core, unique)
     assert hot_index.tolist() == [0, 1, 2, -1]
-    rows, admitted = _fast._py_lookup_eval(core, unique, 4, store._default_row, hot_index)
-    swapped, _ = _fast._py_lookup_eval(core, unique, 4, store._default_row, np.array([2, 0, 1, -1], dtype=np.int32))
+    rows, admitted = _fast._py_lookup_eval(core, unique, 4, store.engine.default_row, hot_index)
+    swapped, _ = _fast._py_lookup_eval(core, unique, 4, store.engine.default_row, np.array([2, 0, 1, -1], dtype=np.int32))
     assert np.array_equal(swapped[:3], rows[[2, 0, 1]]) and admitted.tolist() == [True, True, True, False]
-    rows2, admitted2, index2 = _fast.gather(core, unique, 5, store._default_row)
+    rows2, admitted2, index2 = _fast.gather(core, unique, 5, store.engine.default_row)
     assert np.array_equal(rows2[:4], rows) and index2.tolist() == hot_index.tolist() and not admitted2[4]
     with pytest.raises(ValueError, match="stale"):
-        _fast._py_lookup_eval(core, unique, 4, store._default_row, np.array([3, 0, 1, -1], dtype=np.int32))
+        _fast._py_lookup_eval(core, unique, 4, store.engine.default_row, np.array([3, 0, 1, -1], dtype=np.int32))
 
 
 @pytest.mark.parametrize("optimizer", [SGD(0.1, weight_decay=1e-3), Adagrad(0.3), LazyAdam(0.05),
@@ -204,7 +204,7 @@ def test_hot_3_lookups_read_the_block():
 def test_hot_3_every_kernel_writes_through(optimizer):
     store = _store(hot_rows=3, step=1, optimizer=optimizer)
     result = store.lookup(np.array([1, 1, 1, 2, 2, 3, 4, 5, -1], dtype=np.int64), step=0)
-    assert _fast._py_hot_keys(store._core).tolist() == [1, 2, 3]
+    assert _fast._py_hot_keys(store.engine.core).tolist() == [1, 2, 3]
     for i in range(3):
         store.apply_gradients(result, gradients(len(result.unique_keys), 4, i), step=i)
         store.apply_gradients(np.array([2, 5, 2], dtype=np.int64), gradients(3, 4, 10 + i), step=i)
@@ -299,7 +299,7 @@ def test_hot_1_configuration_errors_match_the_reference():
             with pytest.raises(ConfigError, match=hot.UPDATE_STEP_VARIABLE):
                 _open(config, None, backend, None, bad)
     store = _open(config, None, "fast", None, 1)
-    assert store._hot_capacity == 2**20 // 16
+    assert store.engine.hot_capacity == 2**20 // 16
     store.lookup(np.array([1, 2], dtype=np.int64), step=0)
     assert store.stats()["hot_rows"] == 2                     # fewer keys than the block holds: all of them
     off = _open(config, None, "fast", 0, 1)

@@ -14,7 +14,7 @@ def test_hot_1_open_store_reads_the_update_step_once_and_passes_it_down(backend,
     flat = open_store(TableConfig("t", dim=2, device_vocabulary_size=4), backend=backend)
     tiered = open_store(TableConfig("d", dim=2, device_vocabulary_size=2, host_vocabulary_size=4), backend=backend)
     assert reads == ["t", "d"]                      # once per store, by the registry, tiers or not
-    assert flat._hot_step == tiered._inner._hot_step == 7
+    assert flat.engine.hot_update_step == tiered.engine.inner.hot_update_step == 7
 
 
 def test_hot_1_a_store_given_the_update_step_does_not_read_the_environment(backend, monkeypatch):
@@ -23,4 +23,4 @@ def test_hot_1_a_store_given_the_update_step_does_not_read_the_environment(backe
     with pytest.raises(ConfigError, match="'t': HOT_EMB_UPDATE_STEP"):
         open_store(config, backend=backend)
     factory = backends._BACKENDS[backend]
-    assert factory(config, hot_update_step=3)._hot_step == 3
+    assert factory(config, hot_update_step=3).engine.hot_update_step == 3

@@ -3,16 +3,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ref import RefStore
+from ..ref import RefEngine, RefStore
 
 
-class EarlyAdmissionStore(RefStore):
+class EarlyAdmissionEngine(RefEngine):
     """Admits a key one access too early (count >= threshold - 1): violates ADM-2."""
 
     backend_name = "early-admission"
 
-    def _admit_threshold(self) -> int:
+    def admit_threshold(self) -> int:
         return max(1, self.config.admit_threshold - 1)
+
+
+class EarlyAdmissionStore(RefStore):
+    """The reference over ``EarlyAdmissionEngine``."""
+
+    backend_name = "early-admission"
+    engine_class = EarlyAdmissionEngine
 
 
 class AscendingGradientStore(RefStore):

@@ -11,7 +11,7 @@ from .strategies import gradients, key_batches, optimizers, table_configs
 
 def test_hot_1_sizes_and_the_update_step_are_validated(backend, monkeypatch):
     config = TableConfig("t", dim=16)
-    assert open_store(config, backend=backend)._hot_capacity == 2**20 // 64
+    assert open_store(config, backend=backend).engine.hot_capacity == 2**20 // 64
     for bad in ("0", "-3", "ten", "2147483648"):
         monkeypatch.setenv("HOT_EMB_UPDATE_STEP", bad)
         with pytest.raises(ConfigError, match="'t': HOT_EMB_UPDATE_STEP"):

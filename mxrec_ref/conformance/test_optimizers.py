@@ -271,7 +271,7 @@ def test_opt_9_fast_handles_are_checked_before_use(fast_backend):
     store = _constant_store("fast", SGD(learning_rate=1.0), device_vocabulary_size=64)
     batch = np.arange(40, dtype=np.int64)
     store.lookup(batch, step=0)
-    core = store._core
+    core = store.engine.core
     mask = np.ones(40, dtype=bool)
     mask[5] = False
     expected = fast_optimizers.resolve_rows(core, batch, mask)

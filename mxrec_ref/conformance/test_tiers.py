@@ -310,17 +310,17 @@ def test_tier_12_the_host_heap_spills_in_tier_5_order(backend, tmp_path):
     in-memory keys) takes exactly the rows a full lexsort of the host rows takes."""
     store = ssd(backend, tmp_path, device=6, host=5)
     spilled = []
-    choose = store._spill_victims
+    choose = store.engine.spill_victims
 
     def checked(excess):
-        keys_, counts, last_seen = store._host_keys()
+        keys_, counts, last_seen = store.engine.host_keys()
         expected = keys_[np.lexsort((keys_, last_seen, counts))[:excess]].tolist()
         chosen = choose(excess)
         assert chosen[0].tolist() == expected
         spilled.append(len(expected))
         return chosen
 
-    store._spill_victims = checked
+    store.engine.spill_victims = checked
     rng = np.random.default_rng(5)
     for step in range(60):
         batch = rng.integers(0, 30, size=6).astype(np.int64)
@@ -349,11 +349,13 @@ def test_tier_12_host_heap_entries_order_as_count_last_seen_key(heap):
 
 
 class _Counting:
-    """Forwards to the store behind the tiers, counting the calls of the named members."""
+    """Forwards to the engine behind the tiers, counting the calls of the named members (and keeping
+    the ``handles`` each apply got)."""
 
     def __init__(self, inner, names):
         object.__setattr__(self, "target", inner)
         object.__setattr__(self, "calls", dict.fromkeys(names, 0))
+        object.__setattr__(self, "apply_handles", [])
 
     def __getattr__(self, name):
         value = getattr(self.target, name)
@@ -362,6 +364,8 @@ class _Counting:
 
         def counted(*args, **kwargs):
             self.calls[name] += 1
+            if name == "apply":
+                self.apply_handles.append(kwargs.get("handles"))
             return value(*args, **kwargs)
         return counted
 
@@ -372,15 +376,17 @@ def test_tier_12_a_tiered_lookup_dedups_once_and_probes_once(backend, mode, tmp_
     in DDR mode no key-map probe besides the lookup's own (the placement reads the lookup's row
     handles); the apply of the result passes its row handles on (OPT-9)."""
     store = ddr(backend, device=4, host=100) if mode == "ddr" else ssd(backend, tmp_path, device=4, host=2)
-    names = ("dedup", "_lookup", "lookup_deduped", "_row_handles", "_apply", "_apply_result")
-    counting = _Counting(store._inner, names)
-    store._inner = counting
+    names = ("dedup", "lookup", "resolve", "resolve_deduped", "row_handles", "apply")
+    counting = _Counting(store.engine.inner, names)
+    store.engine.inner = counting
     for step in range(6):
         result = store.lookup(keys(step, step + 1, step + 2, step, 7), step=step)
         store.apply_gradients(result, np.ones((len(result.unique_keys), 2), np.float32), step=step)
     calls = dict(counting.calls)
     if mode == "ssd":       # the disk check and the spill's bookkeeping probe the map besides
-        assert calls.pop("_row_handles") > 0 and store.stats()["disk_rows"] > 0
-    assert calls == {"dedup": 6, "_lookup": 0, "lookup_deduped": 6, "_apply": 0, "_apply_result": 6,
-                     **({"_row_handles": 0} if mode == "ddr" else {})}
+        assert calls.pop("row_handles") > 0 and store.stats()["disk_rows"] > 0
+    assert calls == {"dedup": 6, "lookup": 0, "resolve": 0, "resolve_deduped": 6, "apply": 6,
+                     **({"row_handles": 0} if mode == "ddr" else {})}
+    # OPT-9: each apply got its lookup's row handles (the reference has none)
+    assert all((handles is None) == (backend == "ref") for handles in counting.apply_handles)
     assert store.stats()["device_to_host_rows"] > 0     # the placement did move rows

@@ -55,13 +55,13 @@ class HotReplica:
 
     def refresh(self, rank_size: int) -> None:
         """Collective: choose the table's hottest keys and copy their rows and slots to every rank."""
-        keys, counts, _ = self.local.admitted_entries()
+        keys, counts, _ = self.local.engine.admitted_entries()
         top = hot.choose_hot_keys(keys, counts, self.capacity)
         proposals = self.comm.allgather((top, counts[np.searchsorted(keys, top)] if len(top) else top))
         chosen = hot.choose_hot_keys(np.concatenate([p[0] for p in proposals]),
                                      np.concatenate([p[1] for p in proposals]), self.capacity)
         mine = np.sort(chosen[np.mod(chosen, rank_size) == self.comm.rank])
-        parts = self.comm.allgather((mine,) + tuple(self.local.rows_of(mine)))
+        parts = self.comm.allgather((mine,) + tuple(self.local.engine.rows_of(mine)))
         order = np.argsort(np.concatenate([p[0] for p in parts]), kind="stable")
         join = lambda i: np.concatenate([p[i] for p in parts])[order]            # noqa: E731
         slots = {name: np.concatenate([p[2][name] for p in parts])[order] for name in parts[0][2]}
@@ -88,7 +88,7 @@ class HotReplica:
         """Evicted keys leave the hot set (HOT-2)."""
         gone = self.keys[np.isin(self.keys, evicted)]
         if len(gone):
-            self.replica.drop_rows(gone)
+            self.replica.engine.drop_rows(gone)
             self.keys = self.keys[~np.isin(self.keys, gone)]
 
     def clear(self) -> None:

@@ -6,6 +6,6 @@ calls them in the reference's order.  The storage tiers' kernels have their twin
 after the shared tier modules they serve (``mxrec_ref.tiers.placement`` <-> ``fast/placement.py``,
 ``mxrec_ref.tiers.disk`` <-> ``fast/disk.py``); the fast store names them (CON-10).
 """
-from .store import FastStore
+from .store import FastEngine, FastStore
 
-__all__ = ["FastStore"]
+__all__ = ["FastStore", "FastEngine"]

@@ -1,7 +1,7 @@
 """The fast store: the reference's rules over the Cython core in cext/_fast.pyx.
 
-``FastStore`` must agree bit for bit with ``mxrec_ref.ref.RefStore`` after
-every call (the comparison machines of mxrec_ref/conformance/machines.py, run
+``FastEngine`` (behind the ``FastStore`` facade) must agree bit for bit with
+``mxrec_ref.ref.RefEngine`` after every call (the comparison machines of mxrec_ref/conformance/machines.py, run
 by mxrec_ref/conformance/test_backends.py).  It is written as the
 reference's store is: one call per rule, in spec order, to the module of the
 rule's family -- ``fast/lookup.py``, ``admission``, ``eviction``, ``optimizers``,
@@ -9,7 +9,7 @@ rule's family -- ``fast/lookup.py``, ``admission``, ``eviction``, ``optimizers``
 reference's (``mxrec_ref/ref/``).  The split:
 
 * in Python: everything that raises, the calls of the rules both backends
-  share (mxrec_ref/contract.py: the capacity and growth rule, the table clock,
+  share (mxrec_ref/engine.py: the capacity and growth rule, the table clock,
   the statistics counters, the hot schedule), the initializer call and the
   optimizer's scalar hyper-parameters;
 * in ``mxrec_ref._fast.FastCore``: the key history (hash map), row placement,
@@ -18,7 +18,7 @@ reference's (``mxrec_ref/ref/``).  The split:
 
 A training lookup is planned (nothing changes), checked, then committed, so
 an error leaves the store as it was (CON-4).  Every message comes from the
-contract, so both backends fail identically.
+contract and mxrec_ref/engine.py, so both backends fail identically.
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ import numpy as np
 
 from .._fast import FastCore, HostHeap
 from ..config import TableConfig
-from ..contract import InMemoryStore, TierMoves
+from ..contract import Store, checked_table
+from ..engine import InMemoryEngine, Resolved, TierMoves, check_send_count, eviction_cutoff, overflow_error
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
 from . import admission, checkpoint, eviction, hot, initializers, lookup, optimizers, tiers
@@ -34,108 +35,161 @@ from .disk import FastDiskKernels
 from .placement import FastDevicePlacement
 
 
-class FastStore(InMemoryStore, TierMoves):
+class FastEngine(InMemoryEngine, TierMoves):
     backend_name = "fast"
     device_placement = FastDevicePlacement       # CON-10, TIER-4
     host_heap = HostHeap                         # CON-10, TIER-12
     disk_kernels = FastDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
 
-    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
-                 hot_rows: int | None = None, hot_update_step: int | None = None):
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer, hot_rows: int | None = None,
+                 hot_update_step: int | None = None):
         super().__init__(config, optimizer, hot_rows, hot_update_step)
-        self._default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
+        self.default_row = np.ascontiguousarray(config.default_row(), dtype=np.float32)
         initial = self.optimizer.slot_initial_values()
         # A slot without an initial value keeps what its row held, as in the
         # reference's place_rows (only possible for a custom optimizer).
-        self._core = FastCore(config.dim, [initial.get(name) for name in self.optimizer.slot_names])
-        self._slot_index = {name: i for i, name in enumerate(self.optimizer.slot_names)}
+        self.core = FastCore(config.dim, [initial.get(name) for name in self.optimizer.slot_names])
+        self.slot_index = {name: i for i, name in enumerate(self.optimizer.slot_names)}
 
     # -------------------------------------------------------------- lookup
-    def _lookup(self, keys, shape, train, step, timestamp, pad_to, counts):
-        return self.lookup_deduped(self.dedup(keys, counts), keys, shape, train, step, timestamp, pad_to, counts)
+    def resolve(self, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+        return self.resolve_deduped(self.dedup(keys, counts), keys, shape, train=train, step=step,
+                                    timestamp=timestamp, pad_to=pad_to, counts=counts)
 
     def dedup(self, keys, counts):
-        return lookup.dedup(self._core, keys, counts)                             # LKP-2
+        return lookup.dedup(self.core, keys, counts)                              # LKP-2
 
-    def lookup_deduped(self, deduped, keys, shape, train, step, timestamp, pad_to, counts):
-        core = self._core
+    def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+        """The kernels read the rows in the pass that resolves the keys, padded to send_count:
+        gather only packs them (no second pass over the keys)."""
+        core = self.core
         unique, inverse, occurrences = deduped
         n_unique = len(unique)
-        self._check_send_count(n_unique, pad_to)                                  # LKP-4
+        check_send_count(self.config, n_unique, pad_to)                           # LKP-4
         total = n_unique if pad_to is None else max(pad_to, n_unique)
         # hot_index: each unique key's index in the hot block, probed on the
         # way, as the set is before this lookup's refresh (None: no hot set)
         if train:
-            rows, admitted, hot_index, handles = self._train_lookup(unique, occurrences, step, timestamp, total)
+            rows, admitted, hot_index, handles = self.train_lookup(unique, occurrences, step, timestamp, total)
         else:
-            rows, admitted, hot_index = lookup.gather(core, unique, total, self._default_row)   # LKP-5, HOT-3
+            rows, admitted, hot_index = lookup.gather(core, unique, total, self.default_row)   # LKP-5, HOT-3
             handles = None
         padding, with_row, hot_hits = lookup.position_stats(core, keys, inverse, admitted, hot_index)
-        self._count_positions(train, keys.size, padding, with_row)                # STAT-3
-        self._counters["hot_hit_positions"] += hot_hits                           # HOT-4
-        self._refresh_hot_if_due(train)                                           # HOT-2
-        unique = lookup.pad(unique, total)
-        return LookupResult(self.name, unique, rows, inverse.reshape(shape), admitted, train,
-                            n_unique, id(self), handles)
+        self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
+        self.counters["hot_hit_positions"] += hot_hits                            # HOT-4
+        self.refresh_hot_if_due(train)                                            # HOT-2
+        return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
+                        inverse=inverse, n_unique=n_unique, admitted=admitted, rows=rows, handles=handles,
+                        hot_index=hot_index, padded=True)
 
-    def _train_lookup(self, unique, occurrences, step, timestamp, total):
+    def gather(self, resolved: Resolved) -> LookupResult:
+        unique = lookup.pad(resolved.unique, len(resolved.rows))                  # LKP-4
+        return LookupResult(self.name, unique, resolved.rows, resolved.inverse.reshape(resolved.shape),
+                            resolved.admitted, resolved.train, resolved.n_unique, 0, resolved.handles)
+
+    def train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
         (rows, admitted, hot index of each unique key or None, row handles).  All checks happen before
         the commit."""
-        clock, source = self._training_clock(step, timestamp)                     # CON-5
-        core = self._core
+        clock, source = self.training_clock(step, timestamp)                      # CON-5
+        core = self.core
         plan = admission.plan_train(core, unique, occurrences, self.effective_coefficient(),
                                     self.config.admit_threshold)
         admit = plan.admit
-        self._reserve(len(admit))                                                 # EXP-2, EXP-3
+        self.reserve(len(admit))                                                  # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
         init = initializers.initial_rows(self.config, unique[admit]) if len(admit) else None
-        rows, admitted, handles = admission.commit_train(core, plan, clock, init, self._capacity_rows, total,
-                                                         self._default_row)
+        rows, admitted, handles = admission.commit_train(core, plan, clock, init, self.capacity_rows, total,
+                                                         self.default_row)
         self.clock, self.clock_source = clock, source
-        self._counters["admitted"] += len(admit)
-        self._counters["train_lookups"] += 1
+        self.counters["admitted"] += len(admit)
+        self.counters["train_lookups"] += 1
         return rows, admitted, plan.hot_index, handles
 
-    def _refresh_hot(self) -> None:
-        hot.refresh_hot(self._core, self._hot_capacity)
+    def refresh_hot(self) -> None:
+        hot.refresh_hot(self.core, self.hot_capacity)
 
     # ----------------------------------------------------------- gradients
-    def _apply(self, keys, grads, mask, step, handles=None) -> int:
-        core = self._core
+    def apply(self, keys, grads, mask, step, *, optimizer, handles=None) -> int:
+        core = self.core
         positions, rows = optimizers.resolve_rows(core, keys, mask, handles)      # OPT-2, OPT-9
         # The whole update is checked before any of it is written (OPT-3).
-        bad = optimizers.first_nonfinite(self.optimizer, core, self._slot_index, rows, positions, grads, step)
+        bad = optimizers.first_nonfinite(optimizer, core, self.slot_index, rows, positions, grads, step)
         if bad >= 0:
-            raise self._overflow_error(int(keys[positions[bad]]))
-        optimizers.apply_update(self.optimizer, core, self._slot_index, rows, positions, grads, step)
-        self._count_applied(len(keys), len(rows))                                 # STAT-5
+            raise overflow_error(self.config, optimizer, int(keys[positions[bad]]))
+        optimizers.apply_update(optimizer, core, self.slot_index, rows, positions, grads, step)
+        self.count_applied(len(keys), len(rows))                                  # STAT-5
         return len(rows)
 
-    def _apply_result(self, keys, grads, mask, step, handles) -> int:
-        return self._apply(keys, grads, mask, step, handles)                      # OPT-9
-
     # ------------------------------------------------------------ eviction
-    def _evict(self, now):
-        cutoff = self._eviction_cutoff(now, self.clock)                           # EVI-1
+    def evict(self, now):
+        cutoff = eviction_cutoff(self.config, now, self.clock)                    # EVI-1
         if cutoff is None:
             return np.zeros(0, dtype=np.int64)
-        expired = eviction.expired_keys(self._core, cutoff)
-        admitted, pending = eviction.remove_keys(self._core, expired)             # EVI-2, EVI-3
-        self._counters["evicted"] += admitted                                     # STAT-4
-        self._counters["evicted_pending"] += pending
+        expired = eviction.expired_keys(self.core, cutoff)
+        admitted, pending = eviction.remove_keys(self.core, expired)              # EVI-2, EVI-3
+        self.counters["evicted"] += admitted                                      # STAT-4
+        self.counters["evicted_pending"] += pending
         return expired
 
     # ------------------------------------------------------------- queries
-    def _size(self) -> int:
-        return self._core.size
+    def size(self) -> int:
+        return self.core.size
 
-    def _stats(self):
-        core = self._core
-        return self._counter_stats(size=core.size, history=core.history_size, hot_rows=core.hot_size)
+    def stats(self):
+        core = self.core
+        return self.counter_stats(size=core.size, history=core.history_size, hot_rows=core.hot_size)
 
-    def _row_handles(self, keys):
-        return lookup.row_handles(self._core, keys)                              # EXP-5
+    def row_handles(self, keys):
+        return lookup.row_handles(self.core, keys)                               # EXP-5
+
+    def bytes_per_key(self) -> float:
+        size = self.core.size
+        return sum(self.core.memory_bytes().values()) / size if size else float("nan")
+
+    def memory_breakdown(self, allocated: bool = False) -> dict[str, int]:
+        return self.core.memory_bytes(allocated)
+
+    # ---------------------------------------------------------- tier moves
+    def rows_of(self, keys, rows=None):
+        return tiers.rows_of(self.core, self.slot_index, keys, rows)
+
+    def entries_of(self, keys, rows):
+        return tiers.entries_of(self.core, keys, rows)
+
+    def drop_rows(self, keys) -> None:
+        tiers.drop_rows(self.core, keys)
+
+    def put_rows(self, keys, values, slots, counts, last_seen) -> None:
+        self.hold_at_least(self.core.size + len(keys))
+        tiers.put_rows(self.core, self.slot_index, keys, values, slots, counts, last_seen, self.capacity_rows)
+
+    def admitted_entries(self):
+        return tiers.admitted_entries(self.core)
+
+    # ---------------------------------------------------------- checkpoint
+    def export(self) -> TableState:
+        return checkpoint.export_state(self.core, self.slot_index, self.clock, self.clock_source)
+
+    def import_state(self, state: TableState) -> None:
+        """Counters are kept; the hot set is emptied (clear)."""
+        slot_arrays = [state.slots[name] for name in self.slot_index]
+        self.core.clear()
+        self.clock = self.clock_source = None
+        checkpoint.import_state(self.core, state, slot_arrays,
+                                self.capacity_after_import(len(state.keys)))     # CKPT-6
+        self.clock, self.clock_source = state.clock, state.clock_source
+
+
+class FastStore(Store):
+    """The fast backend: a ``Store`` over a ``FastEngine``."""
+
+    backend_name = "fast"
+
+    def __init__(self, config: TableConfig, optimizer: SparseOptimizer | None = None,
+                 hot_rows: int | None = None, hot_update_step: int | None = None):
+        config, optimizer = checked_table(config, optimizer)
+        super().__init__(config, optimizer, engine=FastEngine(config, optimizer, hot_rows, hot_update_step))
 
     def bytes_per_key(self) -> float:
         """Bytes of the hash map, key entries (key, count, last seen), free
@@ -143,40 +197,9 @@ class FastStore(InMemoryStore, TierMoves):
         row; nan for an empty table.  Counts memory written so far (what is
         resident); ``memory_breakdown(allocated=True)`` gives reserved bytes."""
         with self._lock:
-            size = self._core.size
-            return sum(self._core.memory_bytes().values()) / size if size else float("nan")
+            return self.engine.bytes_per_key()
 
     def memory_breakdown(self, allocated: bool = False) -> dict[str, int]:
         """The bytes behind ``bytes_per_key``, by structure."""
         with self._lock:
-            return self._core.memory_bytes(allocated)
-
-    # ---------------------------------------------------------- tier moves
-    def rows_of(self, keys, rows=None):
-        return tiers.rows_of(self._core, self._slot_index, keys, rows)
-
-    def entries_of(self, keys, rows):
-        return tiers.entries_of(self._core, keys, rows)
-
-    def drop_rows(self, keys) -> None:
-        tiers.drop_rows(self._core, keys)
-
-    def put_rows(self, keys, values, slots, counts, last_seen) -> None:
-        self._hold_at_least(self._core.size + len(keys))
-        tiers.put_rows(self._core, self._slot_index, keys, values, slots, counts, last_seen, self._capacity_rows)
-
-    def admitted_entries(self):
-        return tiers.admitted_entries(self._core)
-
-    # ---------------------------------------------------------- checkpoint
-    def _export(self) -> TableState:
-        return checkpoint.export_state(self._core, self._slot_index, self.clock, self.clock_source)
-
-    def _import_state(self, state: TableState) -> None:
-        """Counters are kept; the hot set is emptied (clear)."""
-        slot_arrays = [state.slots[name] for name in self._slot_index]
-        self._core.clear()
-        self.clock = self.clock_source = None
-        checkpoint.import_state(self._core, state, slot_arrays,
-                                self._capacity_after_import(len(state.keys)))    # CKPT-6
-        self.clock, self.clock_source = state.clock, state.clock_source
+            return self.engine.memory_breakdown(allocated)

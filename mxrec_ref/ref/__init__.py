@@ -1,4 +1,4 @@
 """The reference model: the oracle every other backend is tested against."""
-from .store import RefStore
+from .store import RefEngine, RefStore
 
-__all__ = ["RefStore"]
+__all__ = ["RefStore", "RefEngine"]

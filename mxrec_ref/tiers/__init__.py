@@ -1,12 +1,12 @@
 """Storage tiers: DDR (host memory) and SSD (disk) behind a fixed device budget (spec/tiers.md).
 
-The store behind the tiers is a ``mxrec_ref.contract.TierMoves`` (CON-10); it names its own
+The engine behind the tiers is a ``mxrec_ref.engine.TierMoves`` (CON-10); it names its own
 device placement (``RefDevicePlacement`` for the reference, ``FastDevicePlacement`` for the fast path).
 """
 from .placement import RefDevicePlacement
-from .store import TieredStore
+from .store import TieredEngine, TieredStore
 
-__all__ = ["TieredStore", "RefDevicePlacement", "FastDevicePlacement"]
+__all__ = ["TieredStore", "TieredEngine", "RefDevicePlacement", "FastDevicePlacement"]
 
 
 def __getattr__(name: str):
