@@ -88,7 +88,7 @@ class Store:
         """``engine``: the table's engine (built for this config and optimizer); without one, this
         class must implement the underscore hooks (``HooksEngine`` drives them)."""
         config, optimizer = checked_table(config, optimizer)
-        self._last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
+        self.last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
         self._change_log = None        # key arrays whose rows may have changed, ALL_KEYS, or None: no log (SERVE-3)
         self._lock = threading.RLock()
         if engine is None:
@@ -145,11 +145,11 @@ class Store:
             counts = self._check_counts(counts, shape)
         train = self._check_bool("train", train)
         if train:
-            step = self._check_time("step", step, required=True)
-            timestamp = self._check_time("timestamp", timestamp, required=False)
+            step = self.check_time("step", step, required=True)
+            timestamp = self.check_time("timestamp", timestamp, required=False)
         else:
-            step = self._check_time("step", step, required=False)
-            timestamp = self._check_time("timestamp", timestamp, required=False)
+            step = self.check_time("step", step, required=False)
+            timestamp = self.check_time("timestamp", timestamp, required=False)
         pad_to = self._check_pad_to(pad_to)
         with self._lock:
             result = _read_only(self.engine.lookup(flat, shape, train=train, step=step, timestamp=timestamp,
@@ -168,7 +168,7 @@ class Store:
         optimizer's for this call only (OPT-10: a schedule's value of the step).
         Returns the number of rows updated.
         """
-        step = self._check_time("step", step, required=True)
+        step = self.check_time("step", step, required=True)
         optimizer = self._optimizer_for(learning_rate)
         handles = None
         if isinstance(result, LookupResult):
@@ -212,7 +212,7 @@ class Store:
         if not self.config.eviction_enabled:
             raise UsageError(f"table {self.name!r}: eviction_threshold: eviction is not configured "
                              f"(eviction_threshold={self.config.eviction_threshold})")
-        now = self._check_time("now", now, required=False, minimum=-(2**62))
+        now = self.check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
             evicted = self.engine.evict(now)
             self._log_changes(evicted)
@@ -274,8 +274,8 @@ class Store:
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         with self._lock:
             state = self.engine.export()
-            if incremental and self._last_checkpoint is not None:
-                previous_dir, previous_state = self._last_checkpoint
+            if incremental and self.last_checkpoint is not None:
+                previous_dir, previous_state = self.last_checkpoint
                 checkpoint.check_delta_target(directory, previous_dir, self.name)
                 delta, removed = checkpoint.delta_between(previous_state, state)
                 path = checkpoint.write_table(directory, self.config, self.optimizer, delta,
@@ -283,8 +283,8 @@ class Store:
             else:
                 path = checkpoint.write_table(directory, self.config, self.optimizer, state)
             logger.info("table %r: saved %d keys to %s (%s)", self.name, len(state.keys), path,
-                        "incremental" if incremental and self._last_checkpoint is not None else "full")
-            self._last_checkpoint = (directory, state)   # absolute: a later chdir changes nothing (CKPT-9)
+                        "incremental" if incremental and self.last_checkpoint is not None else "full")
+            self.last_checkpoint = (directory, state)   # absolute: a later chdir changes nothing (CKPT-9)
             return path
 
     def load(self, directory) -> None:
@@ -295,7 +295,7 @@ class Store:
         with self._lock:
             self.check_fits(len(state.keys))
             self.engine.import_state(state)
-            self._last_checkpoint = (directory, state)
+            self.last_checkpoint = (directory, state)
             self._log_changes(ALL_KEYS)
         logger.info("table %r: loaded %d keys from %s", self.name, len(state.keys), directory)
 
@@ -314,9 +314,9 @@ class Store:
         ``after``: a plan of this store that will be applied before this one (a later path of the
         same warm start, WS-5), so the capacity check counts the keys both bring.  Several tables
         and paths are planned first and applied only when every plan succeeded."""
-        now = self._check_time("now", now, required=False)
+        now = self.check_time("now", now, required=False)
         if after is not None:
-            self._check_plan(after)
+            self.check_plan(after)
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         loaded = checkpoint.read_table(directory, self.config, self.optimizer, source_table=source_table,
                                        slots_required=False)
@@ -334,7 +334,7 @@ class Store:
         ``plan_warm_start``, so this fails only if the plan belongs to another store, or the store
         gained keys since it was planned and a table that cannot grow no longer holds them (nothing
         changes then either).  Returns the number of keys loaded."""
-        self._check_plan(plan)
+        self.check_plan(plan)
         with self._lock:
             merged = merge_warm_start(self.engine.export(), plan.loaded, self.config.admit_threshold, plan.now)
             self.check_fits(len(merged.keys))
@@ -509,7 +509,7 @@ class Store:
                 f"table {self.name!r}: {parameter}: the checkpoint holds {n_keys} keys "
                 f"but the table has {limit} rows; raise {parameter}")
 
-    def _check_plan(self, plan) -> None:
+    def check_plan(self, plan) -> None:
         if not isinstance(plan, WarmStartPlan) or plan.store_id != id(self):
             raise UsageError(f"table {self.name!r}: plan: not a warm-start plan of this store; pass what this "
                              f"store's plan_warm_start returned")
@@ -519,7 +519,7 @@ class Store:
             raise UsageError(f"table {self.name!r}: {parameter}: must be True or False, got {value!r}")
         return bool(value)
 
-    def _check_time(self, parameter: str, value, *, required: bool, minimum: int = 0) -> int | None:
+    def check_time(self, parameter: str, value, *, required: bool, minimum: int = 0) -> int | None:
         if value is None:
             if required:
                 raise UsageError(f"table {self.name!r}: {parameter}: is required for a training call")
@@ -562,7 +562,7 @@ class Store:
     def _check_pad_to(self, pad_to) -> int | None:
         """LKP-4: pad_to in [1, 2**31-1] and its padded rows within PAD_FLOATS_MAX,
         so a huge value fails here, alike in every backend, not in an allocation."""
-        pad_to = self._check_time("pad_to", pad_to, required=False, minimum=1)
+        pad_to = self.check_time("pad_to", pad_to, required=False, minimum=1)
         if pad_to is not None and (pad_to > PAD_TO_MAX or pad_to * self.config.dim > PAD_FLOATS_MAX):
             raise UsageError(f"table {self.name!r}: pad_to: must be in [1, 2**31-1] with pad_to x dim <= 2**30 "
                              f"(4 GiB of padded rows), got {pad_to} x {self.config.dim}")

@@ -49,12 +49,12 @@ def save(store, directory, incremental: bool) -> str:
     a UsageError naming it (SHARD-8)."""
     name, rank, comm = store.name, store.rank, store.comm
     mine = store.local.export()                     # this rank's keys only: O(owned rows)
-    previous = store._last_checkpoint               # (folder, this rank's slice of it) or None
+    previous = store.last_checkpoint               # (folder, this rank's slice of it) or None
     delta = bool(incremental) and previous is not None
     if comm.size == 1:                              # nothing to merge: the one-process writer
         path = _attempt(store, "save", lambda: ckpt.save_state(directory, store.config, store.optimizer, mine,
                                                                 base=previous if delta else None))
-        store._last_checkpoint = (os.path.dirname(path), mine)
+        store.last_checkpoint = (os.path.dirname(path), mine)
         return path
     with contextlib.ExitStack() as stack:
         # 1. rank 0 checks the target and opens the temporary folder; every rank learns its path
@@ -101,7 +101,7 @@ def save(store, directory, incremental: bool) -> str:
                 error = failed
     # rank 0 has removed the temporary folder (the old version, after a switch): "remove old"
     path = store.agree(error, "save", path=path)[0]["path"]
-    store._last_checkpoint = (os.path.dirname(path), mine)
+    store.last_checkpoint = (os.path.dirname(path), mine)
     logger.info("table %r: rank %d of %d saved its %d keys to %s (%s)", name, rank, comm.size, len(mine.keys), path,
                 "incremental" if delta else "full")
     return path
@@ -206,7 +206,7 @@ def load(store, directory) -> None:
     folder = _shared_folder(store, directory, "load")
     state, _ = _read_collectively(store, folder, "load", check=lambda state: store.local.check_fits(len(state.keys)))
     store.local.import_state(state)      # the tiers import the same way (CON-10)
-    store._last_checkpoint = (folder, state)
+    store.last_checkpoint = (folder, state)
     store.share_stats(None, "load")
     logger.info("table %r: rank %d of %d loaded its %d keys from %s", store.name, store.rank, store.rank_size,
                 len(state.keys), folder)
@@ -225,10 +225,10 @@ def plan_warm_start(store, directory, source_table, now, after) -> ShardedWarmSt
     checked = {}
 
     def check(loaded: TableState) -> None:
-        checked["now"] = store._check_time("now", now, required=False)
+        checked["now"] = store.check_time("now", now, required=False)
         if after is not None:
-            store._check_plan(after)
-        if store.local._key_limit() is not None:     # each owner holds the configured capacity (SHARD-6)
+            store.check_plan(after)
+        if store.local.key_limit() is not None:     # each owner holds the configured capacity (SHARD-6)
             before = after.keys_after if after is not None else store.local.export().keys
             checked["keys_after"] = np.union1d(before, loaded.keys)
             store.local.check_fits(len(checked["keys_after"]))
@@ -243,7 +243,7 @@ def apply_warm_start(store, plan) -> int:
     """WS-3 on one rank's keys (lock held); collective."""
     error, merged = None, None
     try:
-        store._check_plan(plan)
+        store.check_plan(plan)
         merged = merge_warm_start(store.local.export(), plan.loaded, store.config.admit_threshold, plan.now)
         store.local.check_fits(len(merged.keys))
     except MxrecError as failed:

@@ -230,13 +230,13 @@ class ReplicatedStore(Store):
             path, error = self.comm.bcast((path, error), root=0)
             if error is not None:
                 raise error
-            self._last_checkpoint = (os.path.dirname(path), state)
+            self.last_checkpoint = (os.path.dirname(path), state)
         return path
 
     def _write(self, directory, state: TableState, incremental: bool) -> str:
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
-        if incremental and self._last_checkpoint is not None:
-            previous_dir, previous_state = self._last_checkpoint
+        if incremental and self.last_checkpoint is not None:
+            previous_dir, previous_state = self.last_checkpoint
             checkpoint.check_delta_target(directory, previous_dir, self.name)
             delta, removed = checkpoint.delta_between(previous_state, state)
             return checkpoint.write_table(directory, self.config, self.optimizer, delta, previous=previous_dir,
@@ -257,7 +257,7 @@ class ReplicatedStore(Store):
         self.collective.agree(error, "load")
         with self._lock:
             self._import_state(state)
-            self._last_checkpoint = (folder, state)
+            self.last_checkpoint = (folder, state)
 
     def plan_warm_start(self, directory, *, source_table: str | None = None, now: int | None = None, after=None):
         """WS-7 with the whole checkpoint on every replica (SHARD-18); collective: if one rank's plan fails,
