@@ -154,10 +154,18 @@ cdef class FastCore:
             raise MemoryError()
         memset(self.slot_buffers, 0, max(n, 1) * sizeof(Buffer))
         self.n_slot_arrays = n
+        self.set_slot_initial_values(slot_init_values)
+        self.clear()
+
+    def set_slot_initial_values(self, slot_init_values):
+        """The slots' initial values of rows created from now on (one float or None per slot, as for
+        the constructor): a store's ``set_optimizer`` with other hyper-parameters (INIT-5)."""
+        cdef Py_ssize_t i
+        if len(slot_init_values) != self.n_slot_arrays:
+            raise ValueError(f"set_slot_initial_values: {len(slot_init_values)} values for {self.n_slot_arrays} slots")
         for i, value in enumerate(slot_init_values):
             self.slot_has_init[i] = value is not None
             self.slot_init[i] = <float>float(np.float32(0.0 if value is None else value))
-        self.clear()
 
     def __dealloc__(self):
         _release_all(self)

@@ -109,6 +109,11 @@ class FastEngine(InMemoryEngine, TierMoves):
     def refresh_hot(self) -> None:
         hot.refresh_hot(self.core, self.hot_capacity)
 
+    def set_optimizer(self, optimizer: SparseOptimizer) -> None:
+        super().set_optimizer(optimizer)
+        initial = optimizer.slot_initial_values()       # rows created from now on start from these (INIT-5)
+        self.core.set_slot_initial_values([initial.get(name) for name in optimizer.slot_names])
+
     # ----------------------------------------------------------- gradients
     def apply(self, keys, grads, mask, step, *, optimizer, handles=None) -> int:
         core = self.core
