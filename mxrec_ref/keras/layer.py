@@ -25,7 +25,7 @@ from ..errors import ConfigError, UsageError
 from ..optimizers import SparseOptimizer, optimizer_from_description
 from ..tf.lookup_limit import count_lookup
 from ..tf.store_call import OUTPUTS as STORE_OUTPUTS
-from ..tf.store_call import lookup_outputs
+from ..tf.store_call import apply_gradient, lookup_outputs
 from ..tf.table import KeptResults, initializer_from_tf
 from . import ids as ids_module
 from .optimizer_twin import learning_rate_tensor, sparse_twin
@@ -212,8 +212,11 @@ class Embedding(keras.layers.Layer):
         learning_rate = float(learning_rate)
         if learning_rate >= 0 and learning_rate != self.store.optimizer.learning_rate:
             self.store.set_optimizer(dataclasses.replace(self.store.optimizer, learning_rate=learning_rate))
-        result = self.kept_results.take_for(int(token), keys)
-        return self.store.apply_gradients(keys if result is None else result, grads, step=int(step))
+        return apply_gradient(self, keys, grads, step, token)
+
+    def take_result_for(self, token: int, keys):
+        """The kept result of the lookup ``token`` names when its unique keys are ``keys``, else None (KERAS-12)."""
+        return self.kept_results.take_for(token, keys)
 
     # ------------------------------------------------------------ optimizer
     def twin_for(self, keras_optimizer) -> SparseOptimizer:

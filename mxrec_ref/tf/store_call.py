@@ -6,7 +6,8 @@ lookup and a Keras ``Embedding`` lookup -- gets its six outputs from ``lookup_ou
 (or, for a segment of a call already made, from ``outputs_of``): unique keys, rows,
 inverse index, admitted flags, the step the lookup used and its result token (TF-18).
 The owner of the store (a ``SparseTable`` or a Keras ``Embedding``) supplies
-``lookup_batch`` (the store lookup, the step a training lookup takes) and ``keep_result``.
+``lookup_batch`` (the store lookup, the step a training lookup takes), ``keep_result`` and
+``take_result_for``; ``apply_gradient`` is the apply's store call, reusing the kept result.
 """
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ def lookup_outputs(owner, ids, *, is_train: bool, step, timestamp=None, pad_to=N
     """One store call and its six outputs; a training lookup keeps its result for its apply (TF-18)."""
     result, step_used = call_store(owner, ids, is_train=is_train, step=step, timestamp=timestamp, pad_to=pad_to)
     return outputs_of(result, step_used, owner.keep_result(result) if is_train else NO_RESULT)
+
+
+def apply_gradient(owner, keys, grads, step, token, **options) -> int:
+    """The store's apply of ``grads`` for ``keys``: with the lookup's kept result when ``token`` names
+    the lookup whose unique keys these are (TF-18, KERAS-12: no second dedup, its row handles), else by
+    key; the same state bit for bit either way (OPT-9).  ``options``: the store apply's (learning_rate)."""
+    result = owner.take_result_for(int(token), keys)
+    return owner.store.apply_gradients(keys if result is None else result, grads, step=int(step), **options)
 
 
 class MergedShare:

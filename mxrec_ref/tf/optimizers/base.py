@@ -32,6 +32,7 @@ from .. import fatal
 from ..config_initializer import ConfigInitializer, log_once
 from ..distributed import each_table, ordered
 from ..lookup import handed_forward, table_of_keys
+from ..store_call import apply_gradient
 from ..table import NO_RESULT, SparseTable
 
 _names = itertools.count()
@@ -284,10 +285,9 @@ def _apply_table(table: SparseTable, keys, values, step, token, learning_rate=No
     """One table's store apply: with the lookup's result when its token still names one whose unique
     keys these are (TF-18: no second dedup, the lookup's row handles), else with the keys; both give
     the same state bit for bit (OPT-9); with the step's learning rate when one is given (OPT-10)."""
-    result = table.take_result_for(int(token), keys)
     try:
         rate = {} if learning_rate is None else {"learning_rate": learning_rate}
-        return table.store.apply_gradients(keys if result is None else result, values, step=int(step), **rate)
+        return apply_gradient(table, keys, values, step, token, **rate)
     except MxrecError as error:
         fatal.note(error)
         raise
