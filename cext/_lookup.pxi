@@ -103,21 +103,20 @@ def gather_rows(FastCore core not None, const int64_t[::1] handles, Py_ssize_t t
     if total == 0:
         return out
     with nogil:
-        for u in range(n):
-            h = handles[u]
-            if h < EMPTY or h >= core.next_row or (h >= 0 and not core.row_live[h]):
+        for u in range(total):  # the check in the same pass: a bad handle leaves only ``out`` half written
+            if u + AHEAD < n and 0 <= handles[u + AHEAD] < core.next_row:
+                fast_prefetch(_value_row(core, handles[u + AHEAD]))
+                fast_prefetch(&core.row_live[handles[u + AHEAD]])
+            h = handles[u] if u < n else EMPTY
+            if h == EMPTY:
+                memcpy(&out_view[u, 0], &fill_view[0], dim * sizeof(float))
+            elif 0 <= h < core.next_row and core.row_live[h]:
+                memcpy(&out_view[u, 0], _value_row(core, h), dim * sizeof(float))
+            else:
                 bad = u
                 break
     if bad >= 0:
         raise ValueError(f"gather_rows: handle {handles[bad]} at {bad} names no row holding a key")
-    with nogil:
-        for u in range(total):
-            if u + AHEAD < n and handles[u + AHEAD] >= 0:
-                fast_prefetch(_value_row(core, handles[u + AHEAD]))
-            if u < n and handles[u] >= 0:
-                memcpy(&out_view[u, 0], _value_row(core, handles[u]), dim * sizeof(float))
-            else:
-                memcpy(&out_view[u, 0], &fill_view[0], dim * sizeof(float))
     return out
 
 
