@@ -90,15 +90,15 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
 
 
 def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock, init_rows, Py_ssize_t capacity,
-                 Py_ssize_t total, default_row):
+                 Py_ssize_t total):
     """Apply ``plan`` (made by plan_train on this core, nothing changed since): count and
     time-stamp every key (the last-seen EVI-1 reads; a pending key is in the history without a
     row, ADM-4), add the new ones to the history, give each admitted key a row (EXP-1) in
     first-occurrence order (EXP-4) filled with ``init_rows`` (INIT-1) and the slots' initial
     values (INIT-5; nothing of a reused row's last key stays, EVI-4).  Every allocation happens
-    before the first change.  Returns the lookup's (rows, admitted) as gather would (see
-    _lookup.pxi), hot keys' rows copied from the hot block, and each unique key's row handle
-    (EMPTY without a row; padding EMPTY), which resolve_rows may reuse."""
+    before the first change.  Reads no row value: returns the lookup's (admitted, row handles),
+    padded to ``total`` (EMPTY: no row, the padding too), as locate would after the commit;
+    gather_rows reads the rows by those handles, and resolve_rows may reuse them."""
     if plan.core is not core or plan.committed:
         raise ValueError("commit_train: the plan belongs to another core or was committed already")
     cdef const int64_t[::1] unique = plan.unique
@@ -106,7 +106,6 @@ def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock,
     cdef const int64_t[::1] new_counts = plan.new_counts
     cdef const int64_t[::1] admit = plan.admit
     cdef Py_ssize_t n = unique.shape[0], n_admit = admit.shape[0]
-    cdef const int32_t* hot = _hot_pointer(core, plan.hot_index, n)
     cdef Py_ssize_t fresh = max(0, n_admit - core.n_free)
     cdef const float[:, ::1] init
     cdef const float* init_data = NULL
@@ -116,30 +115,25 @@ def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock,
     _reserve_history(core, plan.n_new, plan.n_new)
     ensure_rows(core, core.next_row + fresh, capacity)
     _populate_rows(core, core.next_row, fresh)
-    out, admitted, fill = _lookup_outputs(core, total, default_row)
+    total = max(total, n)
+    admitted = np.zeros(total, dtype=np.uint8)
     handles = np.full(total, EMPTY, dtype=np.int64)
-    cdef float[:, ::1] out_view = out
     cdef uint8_t[::1] a_view = admitted
     cdef int64_t[::1] h_view = handles
-    cdef const float[::1] fill_view = fill
     plan.committed = True
-    with nogil:
-        if n:
+    if n:
+        with nogil:
             _commit(core, &unique[0], &tags[0], &new_counts[0], n, clock, &admit[0] if n_admit else NULL,
-                    n_admit, init_data, &fill_view[0], &out_view[0, 0], &a_view[0], hot, &h_view[0])
-        if total > n:  # padding past the unique keys
-            _gather(core, NULL, 0, total - n, &fill_view[0], &out_view[n, 0], &a_view[n])
-    return out, admitted.view(np.bool_), handles
+                    n_admit, init_data, &a_view[0], &h_view[0])
+    return admitted.view(np.bool_), handles
 
 
 cdef void _commit(FastCore core, const int64_t* unique, const int64_t* tags, const int64_t* new_counts,
                   Py_ssize_t n, int64_t clock, const int64_t* admit, Py_ssize_t n_admit,
-                  const float* init, const float* fill, float* out, uint8_t* admitted,
-                  const int32_t* hot, int64_t* handles) noexcept nogil:
+                  const float* init, uint8_t* admitted, int64_t* handles) noexcept nogil:
     """One pass over the unique keys: count and time-stamp each, admit the
     next key due when it comes up (admit[] is in unique order, so rows go
-    out in first-occurrence order, EXP-4), then copy its row or the
-    default into the output."""
+    out in first-occurrence order, EXP-4), then note its row handle."""
     cdef Py_ssize_t u, j = 0
     cdef int dim = core.dim
     cdef int64_t key, tag
@@ -149,11 +143,6 @@ cdef void _commit(FastCore core, const int64_t* unique, const int64_t* tags, con
     for u in range(n):
         if u + 2 * AHEAD < n and tags[u + 2 * AHEAD] != EMPTY:
             fast_prefetch(_entry(core, tags[u + 2 * AHEAD]))
-        if u + AHEAD < n and tags[u + AHEAD] >= 0:
-            if hot != NULL and hot[u + AHEAD] != EMPTY:
-                fast_prefetch(core.hot_values + hot[u + AHEAD] * dim)
-            else:
-                fast_prefetch(_value_row(core, tags[u + AHEAD]))
         key = unique[u]
         tag = tags[u]
         if key != PADDING_KEY:
@@ -183,9 +172,3 @@ cdef void _commit(FastCore core, const int64_t* unique, const int64_t* tags, con
         if tag >= 0:
             admitted[u] = 1
             handles[u] = tag
-            if hot != NULL and hot[u] != EMPTY:   # a hot key: the block's copy
-                memcpy(out + u * dim, core.hot_values + hot[u] * dim, dim * sizeof(float))
-            else:
-                memcpy(out + u * dim, _value_row(core, tag), dim * sizeof(float))
-        else:
-            memcpy(out + u * dim, fill, dim * sizeof(float))

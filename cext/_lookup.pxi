@@ -1,6 +1,7 @@
 # Lookup (spec/lookup.md): batch dedup, gathers and the per-position counts.
 # Twin of mxrec_ref/ref/lookup.py and mxrec_ref/fast/lookup.py: dedup (LKP-2, LKP-6), gather
-# (LKP-3, LKP-4, LKP-5, ADM-5), position_stats (STAT-3, HOT-4), row_handles (EXP-5).
+# (LKP-3, LKP-4, LKP-5, ADM-5), locate and gather_rows (the same lookup in two phases: the rows
+# found, then read late by handle), position_stats (STAT-3, HOT-4), row_handles (EXP-5).
 # Included into _fast.pyx; the core's layout is mxrec_ref._fast.pxd.
 
 
@@ -49,6 +50,74 @@ def gather(FastCore core not None, const int64_t[::1] unique, Py_ssize_t total, 
     hot_index = np.empty(n, dtype=np.int32)
     h_view = hot_index
     return _lookup_eval(core, unique, total, default_row, NULL, &h_view[0]) + (hot_index,)
+
+
+def locate(FastCore core not None, const int64_t[::1] unique, Py_ssize_t total):
+    """An evaluation lookup's keys resolved, no row read and nothing changed (LKP-5): (each key's
+    row handle, EMPTY without a row and for the padding up to ``total``; admitted, likewise padded;
+    each key's hot index or None without a hot set).  Hot keys are found through the hot map
+    (HOT-3), the others through the main map, chunk by chunk; gather_rows reads the rows."""
+    cdef Py_ssize_t n = unique.shape[0], start = 0, stop, u
+    cdef int32_t* hot_out = NULL
+    cdef int32_t[::1] h_view
+    total = max(total, n)
+    handles = np.full(total, EMPTY, dtype=np.int64)
+    admitted = np.zeros(total, dtype=np.uint8)
+    cdef int64_t[::1] t_view = handles
+    cdef uint8_t[::1] a_view = admitted
+    hot_index = None
+    if core.hot_live != 0 and n != 0:
+        hot_index = np.empty(n, dtype=np.int32)
+        h_view = hot_index
+        hot_out = &h_view[0]
+    with nogil:
+        while start < n:  # in chunks, as the training lookup's plan
+            stop = min(start + CHUNK, n)
+            if hot_out != NULL:
+                _find_many_hot(core, &unique[start], stop - start, NULL, &t_view[start], hot_out + start)
+            else:
+                _find_many(core, &unique[start], stop - start, &t_view[start])
+            start = stop
+        for u in range(n):
+            if t_view[u] >= 0:
+                a_view[u] = 1
+            else:  # pending keys' tags are below EMPTY: they hold no row
+                t_view[u] = EMPTY
+    return handles, admitted.view(np.bool_), hot_index
+
+
+def gather_rows(FastCore core not None, const int64_t[::1] handles, Py_ssize_t total, default_row):
+    """The rows of a resolved lookup, read now by the ``handles`` its resolve made (locate or
+    commit_train), so they show every update since (LKP-3): row ``handles[u]`` where it is not
+    EMPTY, the default row for EMPTY and for the padding up to ``total`` (ADM-5, LKP-4).  A hot
+    key's row equals its block copy (HOT-3, write-through): it is read from the row.  Changes
+    nothing; every handle must name a row holding a key (checked first), else ValueError.  One
+    pass without the GIL."""
+    cdef Py_ssize_t n = handles.shape[0], u, bad = -1
+    cdef int64_t h
+    cdef int dim = core.dim
+    total = max(total, n)
+    out, _, fill = _lookup_outputs(core, total, default_row)
+    cdef float[:, ::1] out_view = out
+    cdef const float[::1] fill_view = fill
+    if total == 0:
+        return out
+    with nogil:
+        for u in range(total):  # the check in the same pass: a bad handle leaves only ``out`` half written
+            if u + AHEAD < n and 0 <= handles[u + AHEAD] < core.next_row:
+                fast_prefetch(_value_row(core, handles[u + AHEAD]))
+                fast_prefetch(&core.row_live[handles[u + AHEAD]])
+            h = handles[u] if u < n else EMPTY
+            if h == EMPTY:
+                memcpy(&out_view[u, 0], &fill_view[0], dim * sizeof(float))
+            elif 0 <= h < core.next_row and core.row_live[h]:
+                memcpy(&out_view[u, 0], _value_row(core, h), dim * sizeof(float))
+            else:
+                bad = u
+                break
+    if bad >= 0:
+        raise ValueError(f"gather_rows: handle {handles[bad]} at {bad} names no row holding a key")
+    return out
 
 
 cdef tuple _lookup_eval(FastCore core, const int64_t[::1] unique, Py_ssize_t total, default_row,

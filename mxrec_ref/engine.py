@@ -6,7 +6,8 @@ everything else to its ``engine``.  An ``Engine`` is declared here with public n
 
 * the training path in three phases -- ``resolve`` (every check, then dedup, admission counts,
   row reservation and initial rows, position statistics, the hot schedule: all of a lookup's
-  changes), ``gather`` (the ``LookupResult`` of a resolved batch: padding, no change) and
+  changes; each key's row handle), ``gather`` (the ``LookupResult`` of a resolved batch: its rows
+  read by handle, padding, no change) and
   ``apply`` (one update with the optimizer the call passes);
 * the queries and state calls (``evict``, ``size``, ``capacity``, ``stats``, ``export``,
   ``import_state``, ``row_handles``, ``key_limit``, ``set_threshold``, ``set_optimizer``,
@@ -117,12 +118,15 @@ class Resolved:
 
     ``unique`` holds the batch's distinct keys in first-occurrence order (``n_unique`` of them,
     padding key included when the batch has one); ``inverse`` each position's index into it;
-    ``admitted`` which of them hold a row and ``handles`` their rows (training lookups of
-    engines that have them, else None).  ``rows`` are the rows read by the probe that resolved
-    the keys (the fast kernel reads them in the same pass); ``hot_index`` each unique key's
-    index in the hot block (None: no hot set or not kept).  ``padded``: whether ``rows``,
-    ``admitted`` and ``handles`` are already padded to ``pad_to`` (the fast kernels pad).  Nobody
-    changes a Resolved after ``resolve`` made it."""
+    ``admitted`` which of them hold a row and ``handles`` their rows (-1: none, the default row).
+    The reference and fast engines read no row in ``resolve``: their ``gather`` reads the rows by
+    ``handles`` then, so it sees every apply made in between (a resolve may run ahead of an
+    earlier batch's apply).  ``rows``: rows already read (None for those engines; an engine that
+    reads in resolve, or must read before its own resolve ends -- the tiers spill rows after it --
+    puts them here, and gather packs them).  ``hot_index`` each unique key's index in the hot
+    block (None: no hot set or not kept).  ``padded``: whether ``admitted``, ``handles`` and
+    ``rows`` are already padded to ``pad_to`` (the leaf engines pad).  Nobody changes a Resolved
+    after ``resolve`` made it."""
 
     keys: np.ndarray
     shape: tuple
@@ -133,7 +137,7 @@ class Resolved:
     inverse: np.ndarray
     n_unique: int
     admitted: np.ndarray
-    rows: np.ndarray
+    rows: np.ndarray | None = None
     handles: np.ndarray | None = None
     hot_index: np.ndarray | None = None
     padded: bool = False
@@ -164,14 +168,15 @@ class Engine(ABC):
                 pad_to: int | None, counts: np.ndarray | None) -> Resolved:
         """Every check of the lookup first, then all of its changes: dedup (LKP-2), admission
         counts and rows (ADM-*, EXP-*), position statistics (STAT-3), hot hits and the hot
-        schedule (HOT-2, HOT-4)."""
+        schedule (HOT-2, HOT-4); each unique key's row handle, for ``gather``."""
 
     @abstractmethod
     def gather(self, resolved: Resolved) -> LookupResult:
         """The lookup result of a resolved batch, padded (LKP-4); changes nothing.  The reference and
-        fast engines read the rows in ``resolve``'s own probe (one pass over the keys in C), so their
-        ``gather`` only pads and packs: a resolve run ahead of an earlier batch's apply (the pipeline)
-        needs a gather that reads the rows by ``handles`` instead."""
+        fast engines read the rows here, by ``resolved.handles`` (one pass in C for the fast one), so
+        a gather sees every apply made since its resolve: a resolve may run ahead of an earlier
+        batch's apply (the pipeline).  An engine whose rows can move between tiers after resolve
+        reads them before they move (``resolved.rows``)."""
 
     def lookup(self, keys: np.ndarray, shape: tuple, *, train: bool, step: int | None, timestamp: int | None,
                pad_to: int | None, counts: np.ndarray | None) -> LookupResult:

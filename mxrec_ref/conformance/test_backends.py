@@ -77,7 +77,8 @@ def test_be_1_agrees_on_a_fixed_admission_and_eviction_sequence(other_backend):
 # The kernels each backend has twice, under one name, checked by one test class bound to each
 # implementation in turn (as CPython's test_heapq binds its tests to heapq.py and to _heapq):
 # every test compares with an oracle written here from the spec, not with the other backend.
-# The stateful twins (dedup, plan_train, commit_train, gather, position_stats, pad, row_handles)
+# The stateful twins (dedup, plan_train, commit_train, gather, locate, gather_rows, position_stats, pad,
+# row_handles)
 # take the same arguments on both sides (tests/test_rule_index.py compares their signatures); the
 # state they read and change is what ``new_state`` makes: the reference's Table or the fast FastCore.
 
@@ -88,6 +89,8 @@ def _reference_kernels() -> SimpleNamespace:
         plan_train=ref_admission.plan_train,
         commit_train=ref_admission.commit_train,
         gather=ref_lookup.gather,
+        locate=ref_lookup.locate,
+        gather_rows=ref_lookup.gather_rows,
         position_stats=ref_lookup.position_stats,
         pad=ref_lookup.pad,
         row_handles=ref_lookup.row_handles,
@@ -125,6 +128,8 @@ def _fast_kernels() -> SimpleNamespace:
         plan_train=fast_admission.plan_train,
         commit_train=fast_admission.commit_train,
         gather=fast_lookup.gather,
+        locate=fast_lookup.locate,
+        gather_rows=fast_lookup.gather_rows,
         position_stats=fast_lookup.position_stats,
         pad=fast_lookup.pad,
         row_handles=fast_lookup.row_handles,
@@ -217,8 +222,8 @@ class KernelTwins:
     def test_adm_2_training_lookups_planned_committed_and_gathered(self, kernels, batches, coefficient, threshold,
                                                                    extra):
         """ADM-1, ADM-2, ADM-3, ADM-6, EXP-4, LKP-3, LKP-4, LKP-5, ADM-5, STAT-3, EXP-5 through the stateful
-        twins, called alike on both sides: dedup, plan_train, commit_train, gather, position_stats, pad and
-        row_handles on one state, against counts, admissions and rows kept here."""
+        twins, called alike on both sides: dedup, plan_train, commit_train, gather_rows, gather, locate,
+        position_stats, pad and row_handles on one state, against counts, admissions and rows kept here."""
         dim, default_row = 2, np.full(2, 0.5, np.float32)
         state = kernels.new_state(dim, {"accumulator": 0.25})
         counts, row_of = {}, {}
@@ -230,7 +235,8 @@ class KernelTwins:
             admitted_keys = unique[plan.admit]
             # each admitted key's initial row holds the key itself, so a row shows whose it is
             init = np.repeat(admitted_keys.astype(np.float32)[:, None], dim, axis=1) if len(admitted_keys) else None
-            rows, admitted, handles = kernels.commit_train(state, plan, step, init, 1 << 10, total, default_row)
+            admitted, handles = kernels.commit_train(state, plan, step, init, 1 << 10, total)
+            rows = kernels.gather_rows(state, handles, total, default_row)          # read late, by handle
             due = []
             for key, n in zip(unique.tolist(), occurrences.tolist()):
                 if key == -1:                                       # ADM-6: padding neither counts nor enters
@@ -248,6 +254,10 @@ class KernelTwins:
             assert handles.tolist() == [row_of.get(key, -1) for key in unique.tolist()] + [-1] * extra
             again, admitted_again, hot_index = kernels.gather(state, unique, total, default_row)   # LKP-5
             assert np.array_equal(again, expected) and admitted_again.tolist() == has_row and hot_index is None
+            located, admitted_located, hot_located = kernels.locate(state, unique, total)          # LKP-5
+            assert located.tolist() == handles.tolist() and admitted_located.tolist() == has_row
+            assert hot_located is None
+            assert np.array_equal(kernels.gather_rows(state, located[:len(unique)], total, default_row), expected)
             assert kernels.position_stats(state, keys, inverse, admitted_again, hot_index) == (
                 batch.count(-1), sum(key in row_of for key in batch), 0)
             assert kernels.pad(unique, total).tolist() == unique.tolist() + [-1] * extra
@@ -329,7 +339,8 @@ def test_be_1_the_fast_kernels_are_the_compiled_ones(request):
     from mxrec_ref.fast import admission, eviction, lookup, optimizers   # local: as above
 
     assert Path(_fast.__file__).suffix in {".so", ".pyd"}, _fast.__file__
-    kernels = [lookup.dedup, lookup.gather, lookup.position_stats, lookup.row_handles, admission.plan_train,
+    kernels = [lookup.dedup, lookup.gather, lookup.locate, lookup.gather_rows, lookup.position_stats, lookup.row_handles,
+               admission.plan_train,
                admission.commit_train, eviction.expired_keys, eviction.remove_keys, optimizers.resolve_rows,
                optimizers.adagrad, optimizers.sgd, optimizers.ftrl_sqrt, _fast.mix_bits, _fast.uniform_rows, _fast.crc32_records,
                _fast.hot_candidates]

@@ -3,8 +3,8 @@
 A training lookup is planned (``plan_train``: counts and admissions worked out, nothing changed;
 ADM-1, ADM-2, ADM-3, ADM-6, ADM-7), checked by the store, then committed (``commit_train``:
 counts and last-seen, rows for the admitted keys; see cext/_admission.pxi).  The plan is one
-``TrainPlan`` object of the core; commit_train also gathers the lookup's rows, by lookup.gather's
-rules.
+``TrainPlan`` object of the core; commit_train returns the lookup's row handles, by which
+lookup.gather_rows reads its rows.
 """
 from __future__ import annotations
 

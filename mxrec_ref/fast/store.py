@@ -60,8 +60,8 @@ class FastEngine(InMemoryEngine, TierMoves):
         return lookup.dedup(self.core, keys, counts)                              # LKP-2
 
     def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
-        """The kernels read the rows in the pass that resolves the keys, padded to send_count:
-        gather only packs them (no second pass over the keys)."""
+        """Each unique key's row handle, padded to send_count, from the pass that resolves the
+        keys; no row is read: gather reads them by handle (one C pass over the handles)."""
         core = self.core
         unique, inverse, occurrences = deduped
         n_unique = len(unique)
@@ -70,26 +70,29 @@ class FastEngine(InMemoryEngine, TierMoves):
         # hot_index: each unique key's index in the hot block, probed on the
         # way, as the set is before this lookup's refresh (None: no hot set)
         if train:
-            rows, admitted, hot_index, handles = self.train_lookup(unique, occurrences, step, timestamp, total)
+            admitted, handles, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total)
         else:
-            rows, admitted, hot_index = lookup.gather(core, unique, total, self.default_row)   # LKP-5, HOT-3
-            handles = None
+            handles, admitted, hot_index = lookup.locate(core, unique, total)     # LKP-5, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(core, keys, inverse, admitted, hot_index)
         self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
         self.counters["hot_hit_positions"] += hot_hits                            # HOT-4
         self.refresh_hot_if_due(train)                                            # HOT-2
         return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
-                        inverse=inverse, n_unique=n_unique, admitted=admitted, rows=rows, handles=handles,
+                        inverse=inverse, n_unique=n_unique, admitted=admitted, handles=handles,
                         hot_index=hot_index, padded=True)
 
     def gather(self, resolved: Resolved) -> LookupResult:
-        unique = lookup.pad(resolved.unique, len(resolved.rows))                  # LKP-4
-        return LookupResult(self.name, unique, resolved.rows, resolved.inverse.reshape(resolved.shape),
-                            resolved.admitted, resolved.train, resolved.n_unique, 0, resolved.handles)
+        rows = resolved.rows
+        if rows is None:        # read now, by handle: every apply since resolve shows (LKP-3, ADM-5, LKP-4)
+            rows = lookup.gather_rows(self.core, resolved.handles, len(resolved.handles), self.default_row)
+        unique = lookup.pad(resolved.unique, len(rows))                           # LKP-4
+        # a training result carries its handles for apply (OPT-9); an evaluation result none, as before
+        return LookupResult(self.name, unique, rows, resolved.inverse.reshape(resolved.shape), resolved.admitted,
+                            resolved.train, resolved.n_unique, 0, resolved.handles if resolved.train else None)
 
     def train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (rows, admitted, hot index of each unique key or None, row handles).  All checks happen before
+        (admitted, row handles, hot index of each unique key or None).  All checks happen before
         the commit."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         core = self.core
@@ -99,12 +102,11 @@ class FastEngine(InMemoryEngine, TierMoves):
         self.reserve(len(admit))                                                  # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
         init = initializers.initial_rows(self.config, unique[admit]) if len(admit) else None
-        rows, admitted, handles = admission.commit_train(core, plan, clock, init, self.capacity_rows, total,
-                                                         self.default_row)
+        admitted, handles = admission.commit_train(core, plan, clock, init, self.capacity_rows, total)
         self.clock, self.clock_source = clock, source
         self.counters["admitted"] += len(admit)
         self.counters["train_lookups"] += 1
-        return rows, admitted, plan.hot_index, handles
+        return admitted, handles, plan.hot_index
 
     def refresh_hot(self) -> None:
         hot.refresh_hot(self.core, self.hot_capacity)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..state import PADDING_KEY
 from .expansion import ensure_rows, fill_row, take_row
-from .lookup import NOT_HOT, gather, row_handles
+from .lookup import NOT_HOT, row_handles
 from .table import Table
 
 COUNT_MAX = 2**63 - 1  # counts saturate here (ADM-7)
@@ -47,13 +47,13 @@ def plan_train(table: Table, unique: np.ndarray, occurrences: np.ndarray, coeffi
 
 
 def commit_train(table: Table, plan: TrainPlan, clock: int, init_rows: np.ndarray | None, capacity: int,
-                 total: int, default_row: np.ndarray):
+                 total: int):
     """Apply ``plan`` (made by plan_train on this table, nothing changed since): record the counts,
     every key of the lookup last seen at ``clock`` (what EVI-1 reads; a pending key is in the history
     without a row, ADM-4), and give each admitted key a row (EXP-1) in first-occurrence order
     (EXP-4), filled with ``init_rows`` (INIT-1) and the optimizer's initial slot values (INIT-5,
-    EVI-4).  Returns the lookup's (rows, admitted) as gather would after the commit, padded to
-    ``total``, and each of the ``total`` keys' row handle (-1 without a row), as the fast twin does."""
+    EVI-4).  Reads no row value: returns the lookup's (admitted, row handles) padded to ``total``
+    (-1: no row, the padding too), as locate would after the commit; gather_rows reads the rows."""
     for key, count in zip(plan.unique.tolist(), plan.new_counts.tolist()):
         if key == PADDING_KEY:
             continue
@@ -66,7 +66,6 @@ def commit_train(table: Table, plan: TrainPlan, clock: int, init_rows: np.ndarra
     ensure_rows(table, table.next_row, capacity)
     for j, row in enumerate(rows):
         fill_row(table, row, init_rows[j])
-    values, admitted, _ = gather(table, plan.unique, total, default_row)
-    handles = np.full(len(values), -1, dtype=np.int64)      # -1: no row, the padding too
+    handles = np.full(max(total, len(plan.unique)), -1, dtype=np.int64)      # -1: no row, the padding too
     handles[:len(plan.unique)] = row_handles(table, plan.unique)
-    return values, admitted, handles
+    return handles >= 0, handles

@@ -1,4 +1,5 @@
-"""The reference's lookup rules (spec/lookup.md): dedup, gather, position counts and padding.
+"""The reference's lookup rules (spec/lookup.md): dedup, gather (or locate, then gather_rows: the
+same lookup with its rows read late, by handle), position counts and padding.
 
 The fast twins carry the same names in mxrec_ref/fast/lookup.py and cext/_lookup.pxi.
 """
@@ -51,6 +52,36 @@ def gather(table: Table, unique: np.ndarray, total: int, default_row: np.ndarray
             if hot_index[i] == NOT_HOT:
                 rows[i] = table.values[row]
     return rows, admitted, (hot_index if table.hot and len(unique) else None)
+
+
+def locate(table: Table, unique: np.ndarray, total: int):
+    """An evaluation lookup's keys resolved, no row read and nothing changed (LKP-5): (each key's
+    row handle, -1 without a row and for the padding up to ``total``; admitted, likewise padded;
+    each key's hot index or None without a hot set, as gather gives it).  gather_rows reads the
+    rows."""
+    handles = np.full(max(total, len(unique)), -1, dtype=np.int64)
+    handles[:len(unique)] = row_handles(table, unique)
+    hot_index = None
+    if table.hot and len(unique):
+        hot_index = np.array([table.hot.get(key, NOT_HOT) for key in unique.tolist()], dtype=np.int32)
+    return handles, handles >= 0, hot_index
+
+
+def gather_rows(table: Table, handles: np.ndarray, total: int, default_row: np.ndarray) -> np.ndarray:
+    """The rows of a resolved lookup, read now by the ``handles`` its resolve made (locate or
+    commit_train), so they show every update since (LKP-3): row ``handles[u]`` where it is not -1,
+    the default row for -1 and for the padding up to ``total`` (ADM-5, LKP-4).  A hot key's row
+    equals its block copy (HOT-3, write-through): it is read from the row.  Changes nothing; every
+    handle must name a row holding a key, else ValueError."""
+    held = set(table.row_of.values())
+    for at, handle in enumerate(handles.tolist()):
+        if handle != -1 and handle not in held:
+            raise ValueError(f"gather_rows: handle {handle} at {at} names no row holding a key")
+    rows = np.empty((max(total, len(handles)), table.dim), dtype=np.float32)
+    rows[:] = default_row
+    has_row = np.flatnonzero(handles >= 0)
+    rows[has_row] = table.values[handles[has_row]]
+    return rows
 
 
 def position_stats(table: Table, keys: np.ndarray, inverse: np.ndarray, admitted: np.ndarray,

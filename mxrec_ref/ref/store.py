@@ -50,34 +50,37 @@ class RefEngine(InMemoryEngine, TierMoves):
         return lookup.dedup(self.table, keys, counts)                             # LKP-2
 
     def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
-        """Rows are read in the pass that resolves the keys, padded to send_count, as the fast
-        twin's kernels do: gather only packs them."""
-        table, default_row = self.table, self.config.default_row()
+        """Each unique key's row handle, padded to send_count, as the fast twin's kernels do; no
+        row is read: gather reads them by handle."""
+        table = self.table
         unique, inverse, occurrences = deduped
         n_unique = len(unique)
         check_send_count(self.config, n_unique, pad_to)                           # LKP-4
         total = n_unique if pad_to is None else max(pad_to, n_unique)
         if train:
-            rows, admitted, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total)
+            admitted, handles, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total)
         else:
-            rows, admitted, hot_index = lookup.gather(table, unique, total, default_row)   # LKP-3, LKP-5, HOT-3
+            handles, admitted, hot_index = lookup.locate(table, unique, total)    # LKP-5, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(table, keys, inverse, admitted, hot_index)
         self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
         self.counters["hot_hit_positions"] += hot_hits                            # HOT-4
         self.refresh_hot_if_due(train)                                            # HOT-2
         return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
-                        inverse=inverse, n_unique=n_unique, admitted=admitted, rows=rows,
+                        inverse=inverse, n_unique=n_unique, admitted=admitted, handles=handles,
                         hot_index=hot_index, padded=True)
 
     def gather(self, resolved: Resolved) -> LookupResult:
-        unique = lookup.pad(resolved.unique, len(resolved.rows))                  # LKP-4
-        return LookupResult(self.name, unique, resolved.rows, resolved.inverse.reshape(resolved.shape),
+        rows = resolved.rows
+        if rows is None:        # read now, by handle: every apply since resolve shows (LKP-3, ADM-5, LKP-4)
+            rows = lookup.gather_rows(self.table, resolved.handles, len(resolved.handles), self.config.default_row())
+        unique = lookup.pad(resolved.unique, len(rows))                           # LKP-4
+        return LookupResult(self.name, unique, rows, resolved.inverse.reshape(resolved.shape),
                             resolved.admitted, resolved.train, resolved.n_unique)
 
     def train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (rows, admitted, hot index of each unique key or None).  All checks happen before the
-        first change."""
+        (admitted, row handles, hot index of each unique key or None).  All checks happen before
+        the first change."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         plan = admission.plan_train(self.table, unique, occurrences, self.effective_coefficient(),
                                     self.admit_threshold())
@@ -86,11 +89,10 @@ class RefEngine(InMemoryEngine, TierMoves):
         # The shared initializer, in first-occurrence order (INIT-1).
         init = initial_rows(self.config, unique[admit]) if len(admit) else None
         self.clock, self.clock_source = clock, source
-        rows, admitted, _ = admission.commit_train(self.table, plan, clock, init, self.capacity_rows, total,
-                                                   self.config.default_row())
+        admitted, handles = admission.commit_train(self.table, plan, clock, init, self.capacity_rows, total)
         self.counters["admitted"] += len(admit)
         self.counters["train_lookups"] += 1
-        return rows, admitted, plan.hot_index
+        return admitted, handles, plan.hot_index
 
     def admit_threshold(self) -> int:
         return self.config.admit_threshold

@@ -119,6 +119,9 @@ class TieredEngine(Engine):
                                               pad_to=pad_to, counts=counts)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
             self._put_on_device(resolved, self.inner.size() - rows_before)
+        # The rows are read before the spill below may move some of them (an evaluation's rows are
+        # not on the device) out of the engine behind: gather packs what was read here.
+        resolved = dataclasses.replace(resolved, rows=self.inner.gather(resolved).rows)
         self._spill_to_disk()
         return resolved
 
