@@ -317,13 +317,15 @@ def test_shard_11_ranks_that_read_different_versions_read_again(scratch, monkeyp
     newer = open_store(config(), optimizer())
     newer.load(scratch)
     newer.lookup(np.arange(200, 230), step=9)
-    read_owned, rank0_read, reads = sharded_checkpoint.read_owned, threading.Event(), []
+    read_owned, rank0_read, reads, saved = sharded_checkpoint.read_owned, threading.Event(), [], []
 
     def racing(*args, **options):
         rank = threading.current_thread().name
-        if rank == "virtual-rank-1" and not reads:
+        # rank 1's first read, whenever it starts (rank 0 may have read already): the save comes first
+        if rank == "virtual-rank-1" and not saved:
             assert rank0_read.wait(30)
             newer.save(scratch)                       # the concurrent save, between the ranks' reads
+            saved.append(True)
         result = read_owned(*args, **options)
         reads.append(rank)
         if rank == "virtual-rank-0":
