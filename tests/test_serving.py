@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import zlib
 
 import keras
@@ -159,7 +160,7 @@ def test_serve_2_a_bad_delta_is_refused_before_anything_changes(tmp_path):
 
 def test_serve_3_and_4_errors_name_the_parameter_and_change_nothing(tmp_path):
     """SERVE-3: an export this process did not write, a bad ``updatable`` or ``spare_rows``; SERVE-4: a
-    corrupted or truncated delta file is refused by read_delta naming the file; a failed export_delta keeps
+    corrupted or truncated delta file, or a FIFO in its place (CKPT-13), is refused by read_delta naming the file; a failed export_delta keeps
     the base (the next delta is still number 1, from the export)."""
     model, table = evicting_model("ref", name="srv3")
     log = synthetic_click_log(1_000, seed=2)
@@ -200,6 +201,22 @@ def test_serve_3_and_4_errors_name_the_parameter_and_change_nothing(tmp_path):
     (lying / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="srv3_rows.data.*meta.json says"):
         read_delta(lying)
+    fifo = tmp_path / "broken_fifo"                   # CKPT-13: a FIFO in a file's place is refused, not waited on
+    shutil.copytree(tmp_path / "d1", fifo)
+    (fifo / "srv3_rows.data").unlink()
+    os.mkfifo(fifo / "srv3_rows.data")
+    outcome = []
+
+    def read_fifo():
+        try:
+            read_delta(fifo)
+        except CheckpointError as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=read_fifo, daemon=True)    # a blocked open must not hang the suite
+    reader.start()
+    reader.join(60)
+    assert outcome and "srv3_rows.data" in str(outcome[0]) and "not a regular file (a FIFO)" in str(outcome[0])
     loaded = tf.saved_model.load(str(tmp_path / "export"))
     assert int(apply_delta(loaded, tmp_path / "d1")["sequence"]) == 1
     served = loaded.signatures["serving_default"](ids=tf.constant(log.keys[:64]))["output_0"].numpy()

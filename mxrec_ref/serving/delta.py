@@ -158,7 +158,7 @@ def read_delta(path) -> tuple[dict, dict[str, np.ndarray]]:
 
     def read(name):
         try:
-            return (folder / name).read_bytes()
+            return ckpt.read_regular(folder / name)   # a FIFO or device in a file's place is refused (CKPT-13)
         except OSError as error:
             raise CheckpointError(f"read_delta: {str(folder / name)!r}: cannot be read "
                                   f"({error.strerror or error})") from error
