@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from . import checkpoint
+from .ahead import AheadBatch, AheadBatches
 from .config import TableConfig
 # TierMoves is imported from here too (CON-10 names mxrec_ref.contract.TierMoves).
 from .engine import Engine, InMemoryBookkeeping, Resolved, TierMoves, check_send_count, default_key_limit
@@ -91,6 +92,7 @@ class Store:
         self.last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
         self._change_log = None        # key arrays whose rows may have changed, ALL_KEYS, or None: no log (SERVE-3)
         self._lock = threading.RLock()
+        self.ahead = AheadBatches()   # training batches resolved ahead, not gathered yet (spec/pipeline.md)
         if engine is None:
             engine = HooksEngine(self._own_hooks(), config, optimizer)
         elif not isinstance(engine, Engine):
@@ -152,10 +154,42 @@ class Store:
             timestamp = self.check_time("timestamp", timestamp, required=False)
         pad_to = self._check_pad_to(pad_to)
         with self._lock:
+            self.ahead.check_boundary(self.name, "lookup")    # PIPE-4
             result = _read_only(self.engine.lookup(flat, shape, train=train, step=step, timestamp=timestamp,
                                                    pad_to=pad_to, counts=counts), id(self))
             if train:
                 self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
+            return result
+
+    # ------------------------------------------------ the key pipeline (spec/pipeline.md)
+    def resolve_ahead(self, keys, *, step: int, timestamp: int | None = None, pad_to: int | None = None,
+                      counts=None) -> AheadBatch:
+        """The first half of a training ``lookup``, run ahead of the gathers and applies of the
+        batches before it (PIPE-1): counts, admission, rows for admitted keys, statistics, the hot
+        schedule -- everything but reading the rows, which ``gather`` does.  Checked as ``lookup``
+        is; an engine that cannot resolve ahead (PIPE-6) raises UsageError before anything changes."""
+        flat, shape = self._check_keys(keys)
+        if counts is not None:
+            counts = self._check_counts(counts, shape)
+        step = self.check_time("step", step, required=True)
+        timestamp = self.check_time("timestamp", timestamp, required=False)
+        pad_to = self._check_pad_to(pad_to)
+        if not self.engine.resolves_ahead:
+            raise UsageError(f"table {self.name!r}: resolve_ahead: a {type(self.engine).__name__} reads rows "
+                             f"while it resolves; its batches run serially (PIPE-6)")
+        with self._lock:
+            resolved = self.engine.resolve(flat, shape, train=True, step=step, timestamp=timestamp,
+                                           pad_to=pad_to, counts=counts)
+            self._log_changes(resolved.unique)            # admitted keys get rows (SERVE-3)
+            return self.ahead.add(id(self), self.name, resolved)
+
+    def gather(self, batch: AheadBatch) -> LookupResult:
+        """The training ``LookupResult`` of a batch resolved ahead, its rows read now: every apply
+        made since its resolve shows (PIPE-2).  Batches are gathered once, in resolve order."""
+        with self._lock:
+            self.ahead.check_next(batch, id(self), self.name)                       # PIPE-2
+            result = _read_only(self.engine.gather(batch.resolved), id(self))
+            self.ahead.gathered(batch)
             return result
 
     def apply_gradients(self, result, grad_rows, *, step: int, learning_rate=None) -> int:
@@ -190,6 +224,7 @@ class Store:
             keys, grads, mask = sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
+            mask = self.ahead.apply_mask(keys, mask)                                 # PIPE-3
             self._log_changes(keys)
             return self.engine.apply(keys, grads, mask, step, optimizer=optimizer, handles=handles)
 
@@ -214,6 +249,7 @@ class Store:
                              f"(eviction_threshold={self.config.eviction_threshold})")
         now = self.check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
+            self.ahead.check_boundary(self.name, "evict")    # PIPE-4
             evicted = self.engine.evict(now)
             self._log_changes(evicted)
         logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
@@ -229,6 +265,7 @@ class Store:
                 or not 0 <= int(threshold) <= 2**31 - 1:
             raise UsageError(f"table {self.name!r}: threshold: must be an integer in [0, 2**31-1], got {threshold!r}")
         with self._lock:
+            self.ahead.check_boundary(self.name, "set_threshold")    # PIPE-4
             self.engine.set_threshold(int(threshold))
 
     def effective_coefficient(self) -> int:
@@ -242,6 +279,9 @@ class Store:
             raise UsageError(f"table {self.name!r}: optimizer: set_optimizer keeps the kind "
                              f"{self.optimizer.kind!r} (its slots), got {getattr(optimizer, 'kind', optimizer)!r}")
         with self._lock:
+            if optimizer.slot_initial_values() != self.optimizer.slot_initial_values():
+                # rows a waiting batch created started from the old initial slots (INIT-5, PIPE-4)
+                self.ahead.check_boundary(self.name, "set_optimizer")
             self.engine.set_optimizer(optimizer)
 
     def size(self) -> int:
@@ -273,6 +313,7 @@ class Store:
         incremental = self._check_bool("incremental", incremental)
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         with self._lock:
+            self.ahead.check_boundary(self.name, "save")    # PIPE-4
             state = self.engine.export()
             if incremental and self.last_checkpoint is not None:
                 previous_dir, previous_state = self.last_checkpoint
@@ -293,6 +334,7 @@ class Store:
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
+            self.ahead.check_boundary(self.name, "load")    # PIPE-4
             self.check_fits(len(state.keys))
             self.engine.import_state(state)
             self.last_checkpoint = (directory, state)
@@ -336,6 +378,7 @@ class Store:
         changes then either).  Returns the number of keys loaded."""
         self.check_plan(plan)
         with self._lock:
+            self.ahead.check_boundary(self.name, "warm start")    # PIPE-4
             merged = merge_warm_start(self.engine.export(), plan.loaded, self.config.admit_threshold, plan.now)
             self.check_fits(len(merged.keys))
             self.engine.import_state(merged)
@@ -349,6 +392,7 @@ class Store:
         bookkeeping and no change log.  What a wrapper (sharding, replicas, the sharded checkpoint) uses
         to install the state it read or merged (CON-10)."""
         with self._lock:
+            self.ahead.check_boundary(self.name, "import_state")    # PIPE-4
             self.engine.import_state(state)
 
     def table_clock(self) -> tuple[int | None, str | None]:

@@ -125,8 +125,10 @@ class Resolved:
     reads in resolve, or must read before its own resolve ends -- the tiers spill rows after it --
     puts them here, and gather packs them).  ``hot_index`` each unique key's index in the hot
     block (None: no hot set or not kept).  ``padded``: whether ``admitted``, ``handles`` and
-    ``rows`` are already padded to ``pad_to`` (the leaf engines pad).  Nobody changes a Resolved
-    after ``resolve`` made it."""
+    ``rows`` are already padded to ``pad_to`` (the leaf engines pad).  ``created``: the keys this
+    resolve gave a row (a training resolve of an engine that ``resolves_ahead``; else None), which
+    the applies of earlier batches must not update when it ran ahead of them (PIPE-3).  Nobody
+    changes a Resolved after ``resolve`` made it."""
 
     keys: np.ndarray
     shape: tuple
@@ -141,6 +143,7 @@ class Resolved:
     handles: np.ndarray | None = None
     hot_index: np.ndarray | None = None
     padded: bool = False
+    created: np.ndarray | None = None
 
 
 class Engine(ABC):
@@ -152,6 +155,10 @@ class Engine(ABC):
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
     # An engine that cannot express storage tiers at all says why (CON-11).
     tiers_not_expressible: str | None = None
+    # True: a training resolve may run ahead of the gathers and applies of earlier batches (PIPE-1):
+    # it reads no row, its rows stay where it put them until a boundary call (PIPE-4), and it reports
+    # the keys it gave a row (``Resolved.created``).  Other engines run the key pipeline serially (PIPE-6).
+    resolves_ahead = False
 
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer):
         self.config = config

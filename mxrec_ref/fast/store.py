@@ -37,6 +37,7 @@ from .placement import FastDevicePlacement
 
 class FastEngine(InMemoryEngine, TierMoves):
     backend_name = "fast"
+    resolves_ahead = True                        # PIPE-1: resolve reads no row; gather reads by handle
     device_placement = FastDevicePlacement       # CON-10, TIER-4
     host_heap = HostHeap                         # CON-10, TIER-12
     disk_kernels = FastDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
@@ -70,8 +71,9 @@ class FastEngine(InMemoryEngine, TierMoves):
         # hot_index: each unique key's index in the hot block, probed on the
         # way, as the set is before this lookup's refresh (None: no hot set)
         if train:
-            admitted, handles, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total)
+            admitted, handles, hot_index, created = self.train_lookup(unique, occurrences, step, timestamp, total)
         else:
+            created = None
             handles, admitted, hot_index = lookup.locate(core, unique, total)     # LKP-5, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(core, keys, inverse, admitted, hot_index)
         self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
@@ -79,7 +81,7 @@ class FastEngine(InMemoryEngine, TierMoves):
         self.refresh_hot_if_due(train)                                            # HOT-2
         return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
                         inverse=inverse, n_unique=n_unique, admitted=admitted, handles=handles,
-                        hot_index=hot_index, padded=True)
+                        hot_index=hot_index, padded=True, created=created)
 
     def gather(self, resolved: Resolved) -> LookupResult:
         rows = resolved.rows
@@ -92,7 +94,7 @@ class FastEngine(InMemoryEngine, TierMoves):
 
     def train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (admitted, row handles, hot index of each unique key or None).  All checks happen before
+        (admitted, row handles, hot index of each unique key or None, the keys given a row).  All checks happen before
         the commit."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         core = self.core
@@ -106,7 +108,7 @@ class FastEngine(InMemoryEngine, TierMoves):
         self.clock, self.clock_source = clock, source
         self.counters["admitted"] += len(admit)
         self.counters["train_lookups"] += 1
-        return admitted, handles, plan.hot_index
+        return admitted, handles, plan.hot_index, unique[admit]
 
     def refresh_hot(self) -> None:
         hot.refresh_hot(self.core, self.hot_capacity)

@@ -27,6 +27,7 @@ from .table import Table
 
 class RefEngine(InMemoryEngine, TierMoves):
     backend_name = "ref"
+    resolves_ahead = True                        # PIPE-1: resolve reads no row; gather reads by handle
     device_placement = RefDevicePlacement       # CON-10, TIER-4
     host_heap = PyHostHeap                      # CON-10, TIER-12
     disk_kernels = RefDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
@@ -58,8 +59,9 @@ class RefEngine(InMemoryEngine, TierMoves):
         check_send_count(self.config, n_unique, pad_to)                           # LKP-4
         total = n_unique if pad_to is None else max(pad_to, n_unique)
         if train:
-            admitted, handles, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total)
+            admitted, handles, hot_index, created = self.train_lookup(unique, occurrences, step, timestamp, total)
         else:
+            created = None
             handles, admitted, hot_index = lookup.locate(table, unique, total)    # LKP-5, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(table, keys, inverse, admitted, hot_index)
         self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
@@ -67,7 +69,7 @@ class RefEngine(InMemoryEngine, TierMoves):
         self.refresh_hot_if_due(train)                                            # HOT-2
         return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
                         inverse=inverse, n_unique=n_unique, admitted=admitted, handles=handles,
-                        hot_index=hot_index, padded=True)
+                        hot_index=hot_index, padded=True, created=created)
 
     def gather(self, resolved: Resolved) -> LookupResult:
         rows = resolved.rows
@@ -79,7 +81,7 @@ class RefEngine(InMemoryEngine, TierMoves):
 
     def train_lookup(self, unique, occurrences, step, timestamp, total):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (admitted, row handles, hot index of each unique key or None).  All checks happen before
+        (admitted, row handles, hot index of each unique key or None, the keys given a row).  All checks happen before
         the first change."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         plan = admission.plan_train(self.table, unique, occurrences, self.effective_coefficient(),
@@ -92,7 +94,7 @@ class RefEngine(InMemoryEngine, TierMoves):
         admitted, handles = admission.commit_train(self.table, plan, clock, init, self.capacity_rows, total)
         self.counters["admitted"] += len(admit)
         self.counters["train_lookups"] += 1
-        return admitted, handles, plan.hot_index
+        return admitted, handles, plan.hot_index, unique[admit]
 
     def admit_threshold(self) -> int:
         return self.config.admit_threshold
