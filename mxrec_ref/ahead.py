@@ -35,9 +35,22 @@ class AheadBatches:
     def __init__(self):
         self._sequence = itertools.count()
         self._waiting: dict[int, np.ndarray] = {}     # sequence -> the keys its resolve gave a row
+        self._announced = 0      # batches a driver handed to its worker whose resolve has not run yet
 
     def __len__(self) -> int:
-        return len(self._waiting)
+        """Batches resolved ahead and not gathered, plus those announced and not resolved yet."""
+        return len(self._waiting) + self._announced
+
+    def announce(self) -> None:
+        """A driver will resolve a batch ahead in another thread: until it has (``settle``), the store
+        counts it as waiting, so a boundary call is refused whatever the threads' timing (PIPE-5)."""
+        self._announced += 1
+
+    def settle(self) -> None:
+        """The resolve of an announced batch ran (it was added, or it failed and changed nothing)."""
+        if self._announced <= 0:
+            raise AssertionError("settle without announce")
+        self._announced -= 1
 
     def add(self, store_id: int, table: str, resolved: Resolved) -> AheadBatch:
         batch = AheadBatch(store_id, table, next(self._sequence), resolved)
@@ -72,7 +85,7 @@ class AheadBatches:
     def check_boundary(self, table: str, call: str) -> None:
         """PIPE-4: ``call`` happens at a point of the serial order, which batches resolved ahead have
         run past: UsageError naming the table, the call and how many wait, before anything changes."""
-        if self._waiting:
-            raise UsageError(f"table {table!r}: {call}: {len(self._waiting)} batch(es) resolved ahead by the "
+        if len(self):
+            raise UsageError(f"table {table!r}: {call}: {len(self)} batch(es) resolved ahead by the "
                              f"key pipeline are not gathered yet; {call} must come at a point of the serial order "
                              f"(PIPE-4): gather and apply them first, or resolve the next batch after the {call}")

@@ -162,12 +162,32 @@ class Store:
             return result
 
     # ------------------------------------------------ the key pipeline (spec/pipeline.md)
+    def announce_ahead(self) -> None:
+        """A driver will call ``resolve_ahead(..., announced=True)`` from another thread: from now on
+        the batch counts as waiting (PIPE-4, PIPE-5)."""
+        with self._lock:
+            self.ahead.announce()
+
+    def withdraw_ahead(self) -> None:
+        """An announced batch will not be resolved (an earlier table's resolve of it failed)."""
+        with self._lock:
+            self.ahead.settle()
+
     def resolve_ahead(self, keys, *, step: int, timestamp: int | None = None, pad_to: int | None = None,
-                      counts=None) -> AheadBatch:
+                      counts=None, announced: bool = False) -> AheadBatch:
         """The first half of a training ``lookup``, run ahead of the gathers and applies of the
         batches before it (PIPE-1): counts, admission, rows for admitted keys, statistics, the hot
         schedule -- everything but reading the rows, which ``gather`` does.  Checked as ``lookup``
-        is; an engine that cannot resolve ahead (PIPE-6) raises UsageError before anything changes."""
+        is; an engine that cannot resolve ahead (PIPE-6) raises UsageError before anything changes.
+        ``announced``: ``announce_ahead`` counted this batch already (settled here, whatever happens)."""
+        try:
+            return self._resolve_ahead(keys, step, timestamp, pad_to, counts)
+        finally:
+            if announced:
+                with self._lock:
+                    self.ahead.settle()
+
+    def _resolve_ahead(self, keys, step, timestamp, pad_to, counts) -> AheadBatch:
         flat, shape = self._check_keys(keys)
         if counts is not None:
             counts = self._check_counts(counts, shape)

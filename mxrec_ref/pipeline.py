@@ -95,6 +95,9 @@ class KeyPipeline:
         if any(self.ahead):
             pushed.ahead = Future()
             if self._jobs is not None:
+                for store, ahead in zip(self.stores, self.ahead):
+                    if ahead:
+                        store.announce_ahead()     # a boundary call is refused from now on (PIPE-4)
                 self._jobs.put(pushed)
             else:
                 self._resolve(pushed)
@@ -123,6 +126,14 @@ class KeyPipeline:
                                             pad_to=pushed.pad_to[i], counts=pushed.counts[i]))
         return results
 
+    def wait(self) -> None:
+        """Until every pushed batch's resolve has run: then reads of the stores (``stats``, ``export``,
+        ...) are those of a defined point, the serial state after the resolves of every pushed batch
+        (PIPE-4); without ``wait``, a read while the worker runs sees the threads' timing."""
+        for pushed in self._pushed:
+            if pushed.ahead is not None:
+                pushed.ahead.result()
+
     def close(self) -> None:
         """Stop the worker (the batches pushed stay poppable)."""
         if self._worker is not None:
@@ -144,15 +155,20 @@ class KeyPipeline:
     def _resolve(self, pushed: _Pushed) -> None:
         """Every ahead table's resolve of ``pushed``, in table order (PIPE-1).  An error ends the batch
         at that table, as it ends the serial step's lookups there; ``pop`` raises it."""
-        batches, error = [], None
+        batches, error, announced = [], None, self._jobs is not None
         for i, (store, ahead) in enumerate(zip(self.stores, self.ahead)):
             if not ahead:
                 batches.append(None)
                 continue
             try:
                 batches.append(store.resolve_ahead(pushed.keys[i], step=pushed.step, timestamp=pushed.timestamp,
-                                                   pad_to=pushed.pad_to[i], counts=pushed.counts[i]))
+                                                   pad_to=pushed.pad_to[i], counts=pushed.counts[i],
+                                                   announced=announced))
             except Exception as raised:     # raised where the batch is popped
                 error = raised
                 break
+        if error is not None and announced:     # the tables after the failed one resolve nothing
+            for store, ahead in zip(self.stores[i + 1:], self.ahead[i + 1:]):
+                if ahead:
+                    store.withdraw_ahead()
         pushed.ahead.set_result((batches, error))
