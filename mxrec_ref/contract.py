@@ -24,10 +24,9 @@ from typing import Callable
 import numpy as np
 
 from . import checkpoint
-from .ahead import AheadBatch, AheadBatches
 from .config import TableConfig
 # TierMoves is imported from here too (CON-10 names mxrec_ref.contract.TierMoves).
-from .engine import Engine, InMemoryBookkeeping, Resolved, TierMoves, check_send_count, default_key_limit
+from .engine import Engine, InMemoryBookkeeping, Prepared, Resolved, TierMoves, check_send_count, default_key_limit
 from .errors import CapacityError, ConfigError, GradientError, KeyInputError, NotSupported, UsageError
 from .optimizers import SGD, SparseOptimizer
 from .state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_warm_start
@@ -44,6 +43,16 @@ CHANGE_LOG_MIN_KEYS = 1 << 20
 # Events of a table's life (spec/observability.md, OBS-2).  The logger keeps the name it had when
 # this module was mxrec_ref.store: OBS-2 names it, and users filter on it.
 logger = logging.getLogger("mxrec_ref.store")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AheadBatch:
+    """A training batch resolved ahead (``Store.resolve_ahead``), for ``Store.gather``: the store's
+    engine's ``Prepared`` work, and the store it belongs to."""
+
+    store_id: int
+    table: str
+    prepared: Prepared
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -92,7 +101,6 @@ class Store:
         self.last_checkpoint = None   # (folder, state) of the last save or load: the base of a delta
         self._change_log = None        # key arrays whose rows may have changed, ALL_KEYS, or None: no log (SERVE-3)
         self._lock = threading.RLock()
-        self.ahead = AheadBatches()   # training batches resolved ahead, not gathered yet (spec/pipeline.md)
         if engine is None:
             engine = HooksEngine(self._own_hooks(), config, optimizer)
         elif not isinstance(engine, Engine):
@@ -154,7 +162,6 @@ class Store:
             timestamp = self.check_time("timestamp", timestamp, required=False)
         pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            self.ahead.check_boundary(self.name, "lookup")    # PIPE-4
             result = _read_only(self.engine.lookup(flat, shape, train=train, step=step, timestamp=timestamp,
                                                    pad_to=pad_to, counts=counts), id(self))
             if train:
@@ -162,54 +169,30 @@ class Store:
             return result
 
     # ------------------------------------------------ the key pipeline (spec/pipeline.md)
-    def announce_ahead(self) -> None:
-        """A driver will call ``resolve_ahead(..., announced=True)`` from another thread: from now on
-        the batch counts as waiting (PIPE-4, PIPE-5)."""
-        with self._lock:
-            self.ahead.announce()
-
-    def withdraw_ahead(self) -> None:
-        """An announced batch will not be resolved (an earlier table's resolve of it failed)."""
-        with self._lock:
-            self.ahead.settle()
-
-    def resolve_ahead(self, keys, *, step: int, timestamp: int | None = None, pad_to: int | None = None,
-                      counts=None, announced: bool = False) -> AheadBatch:
-        """The first half of a training ``lookup``, run ahead of the gathers and applies of the
-        batches before it (PIPE-1): counts, admission, rows for admitted keys, statistics, the hot
-        schedule -- everything but reading the rows, which ``gather`` does.  Checked as ``lookup``
-        is; an engine that cannot resolve ahead (PIPE-6) raises UsageError before anything changes.
-        ``announced``: ``announce_ahead`` counted this batch already (settled here, whatever happens)."""
-        try:
-            return self._resolve_ahead(keys, step, timestamp, pad_to, counts)
-        finally:
-            if announced:
-                with self._lock:
-                    self.ahead.settle()
-
-    def _resolve_ahead(self, keys, step, timestamp, pad_to, counts) -> AheadBatch:
+    def resolve_ahead(self, keys, *, pad_to: int | None = None, counts=None) -> AheadBatch:
+        """A training batch's work that depends on its keys alone, done now, ahead of its lookup
+        (PIPE-1): checked as ``lookup`` checks keys, ``pad_to`` and ``counts``; changes nothing the
+        store shows, so it may run at any time, in any thread.  ``gather`` looks the batch up."""
         flat, shape = self._check_keys(keys)
         if counts is not None:
             counts = self._check_counts(counts, shape)
+        pad_to = self._check_pad_to(pad_to)
+        with self._lock:
+            return AheadBatch(id(self), self.name, self.engine.prepare(flat, shape, pad_to=pad_to, counts=counts))
+
+    def gather(self, batch: AheadBatch, *, step: int, timestamp: int | None = None) -> LookupResult:
+        """The training ``lookup`` of a batch resolved ahead, now: the same result and the same
+        effects as ``lookup(keys, train=True, step=step, timestamp=timestamp, ...)`` at this point, bit
+        for bit (PIPE-2), with the batch's work done ahead taken from it."""
+        if not isinstance(batch, AheadBatch) or batch.store_id != id(self) or batch.table != self.name:
+            raise UsageError(f"table {self.name!r}: batch: not a batch this store resolved ahead "
+                             f"(got {type(batch).__name__})")
         step = self.check_time("step", step, required=True)
         timestamp = self.check_time("timestamp", timestamp, required=False)
-        pad_to = self._check_pad_to(pad_to)
-        if not self.engine.resolves_ahead:
-            raise UsageError(f"table {self.name!r}: resolve_ahead: a {type(self.engine).__name__} reads rows "
-                             f"while it resolves; its batches run serially (PIPE-6)")
         with self._lock:
-            resolved = self.engine.resolve(flat, shape, train=True, step=step, timestamp=timestamp,
-                                           pad_to=pad_to, counts=counts)
-            self._log_changes(resolved.unique)            # admitted keys get rows (SERVE-3)
-            return self.ahead.add(id(self), self.name, resolved)
-
-    def gather(self, batch: AheadBatch) -> LookupResult:
-        """The training ``LookupResult`` of a batch resolved ahead, its rows read now: every apply
-        made since its resolve shows (PIPE-2).  Batches are gathered once, in resolve order."""
-        with self._lock:
-            self.ahead.check_next(batch, id(self), self.name)                       # PIPE-2
-            result = _read_only(self.engine.gather(batch.resolved), id(self))
-            self.ahead.gathered(batch)
+            result = _read_only(self.engine.gather(self.engine.commit(batch.prepared, step=step, timestamp=timestamp)),
+                                id(self))
+            self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
             return result
 
     def apply_gradients(self, result, grad_rows, *, step: int, learning_rate=None) -> int:
@@ -244,7 +227,6 @@ class Store:
             keys, grads, mask = sum_duplicates(keys, grads, mask)
             self._check_finite(grads, keys, "the sum of its duplicate rows overflows to Inf")
         with self._lock:
-            mask = self.ahead.apply_mask(keys, mask)                                 # PIPE-3
             self._log_changes(keys)
             return self.engine.apply(keys, grads, mask, step, optimizer=optimizer, handles=handles)
 
@@ -269,7 +251,6 @@ class Store:
                              f"(eviction_threshold={self.config.eviction_threshold})")
         now = self.check_time("now", now, required=False, minimum=-(2**62))
         with self._lock:
-            self.ahead.check_boundary(self.name, "evict")    # PIPE-4
             evicted = self.engine.evict(now)
             self._log_changes(evicted)
         logger.log(logging.INFO if len(evicted) else logging.DEBUG, "table %r: evicted %d keys (now=%s)",
@@ -285,7 +266,6 @@ class Store:
                 or not 0 <= int(threshold) <= 2**31 - 1:
             raise UsageError(f"table {self.name!r}: threshold: must be an integer in [0, 2**31-1], got {threshold!r}")
         with self._lock:
-            self.ahead.check_boundary(self.name, "set_threshold")    # PIPE-4
             self.engine.set_threshold(int(threshold))
 
     def effective_coefficient(self) -> int:
@@ -299,9 +279,6 @@ class Store:
             raise UsageError(f"table {self.name!r}: optimizer: set_optimizer keeps the kind "
                              f"{self.optimizer.kind!r} (its slots), got {getattr(optimizer, 'kind', optimizer)!r}")
         with self._lock:
-            if optimizer.slot_initial_values() != self.optimizer.slot_initial_values():
-                # rows a waiting batch created started from the old initial slots (INIT-5, PIPE-4)
-                self.ahead.check_boundary(self.name, "set_optimizer")
             self.engine.set_optimizer(optimizer)
 
     def size(self) -> int:
@@ -333,7 +310,6 @@ class Store:
         incremental = self._check_bool("incremental", incremental)
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         with self._lock:
-            self.ahead.check_boundary(self.name, "save")    # PIPE-4
             state = self.engine.export()
             if incremental and self.last_checkpoint is not None:
                 previous_dir, previous_state = self.last_checkpoint
@@ -354,7 +330,6 @@ class Store:
         directory = os.path.abspath(checkpoint.checked_directory(directory, self.name))
         state = checkpoint.read_table(directory, self.config, self.optimizer)
         with self._lock:
-            self.ahead.check_boundary(self.name, "load")    # PIPE-4
             self.check_fits(len(state.keys))
             self.engine.import_state(state)
             self.last_checkpoint = (directory, state)
@@ -398,7 +373,6 @@ class Store:
         changes then either).  Returns the number of keys loaded."""
         self.check_plan(plan)
         with self._lock:
-            self.ahead.check_boundary(self.name, "warm start")    # PIPE-4
             merged = merge_warm_start(self.engine.export(), plan.loaded, self.config.admit_threshold, plan.now)
             self.check_fits(len(merged.keys))
             self.engine.import_state(merged)
@@ -412,7 +386,6 @@ class Store:
         bookkeeping and no change log.  What a wrapper (sharding, replicas, the sharded checkpoint) uses
         to install the state it read or merged (CON-10)."""
         with self._lock:
-            self.ahead.check_boundary(self.name, "import_state")    # PIPE-4
             self.engine.import_state(state)
 
     def table_clock(self) -> tuple[int | None, str | None]:

@@ -125,10 +125,8 @@ class Resolved:
     reads in resolve, or must read before its own resolve ends -- the tiers spill rows after it --
     puts them here, and gather packs them).  ``hot_index`` each unique key's index in the hot
     block (None: no hot set or not kept).  ``padded``: whether ``admitted``, ``handles`` and
-    ``rows`` are already padded to ``pad_to`` (the leaf engines pad).  ``created``: the keys this
-    resolve gave a row (a training resolve of an engine that ``resolves_ahead``; else None), which
-    the applies of earlier batches must not update when it ran ahead of them (PIPE-3).  Nobody
-    changes a Resolved after ``resolve`` made it."""
+    ``rows`` are already padded to ``pad_to`` (the leaf engines pad).  Nobody changes a Resolved
+    after ``resolve`` made it."""
 
     keys: np.ndarray
     shape: tuple
@@ -143,7 +141,44 @@ class Resolved:
     handles: np.ndarray | None = None
     hot_index: np.ndarray | None = None
     padded: bool = False
-    created: np.ndarray | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A training batch's work done ahead of its lookup (the key pipeline, spec/pipeline.md): what
+    depends on the keys alone and changes nothing a store shows (PIPE-1).  ``commit`` turns it into
+    the batch's ``Resolved`` at the batch's turn.  ``deduped``: the engine's dedup of the keys (None:
+    nothing done ahead); ``init_at`` the positions in the distinct keys whose initial rows
+    ``init_rows`` holds, in that order (the keys a lookup then would have admitted; INIT-1 makes a
+    key's initial row a function of the key, so it is the same whenever it is made)."""
+
+    keys: np.ndarray
+    shape: tuple
+    pad_to: int | None
+    counts: np.ndarray | None
+    deduped: tuple | None = None
+    init_at: np.ndarray | None = None
+    init_rows: np.ndarray | None = None
+
+
+def initial_rows_of(config: TableConfig, unique: np.ndarray, admit: np.ndarray, prepared: Prepared | None,
+                    initial_rows) -> np.ndarray | None:
+    """INIT-1's rows of the keys ``unique[admit]``: those a ``prepare`` made already taken from it
+    (PIPE-3), the others made now by ``initial_rows`` (the backend's initializer)."""
+    if not len(admit):
+        return None
+    if prepared is None or prepared.init_rows is None:
+        return initial_rows(config, unique[admit])
+    slot = np.full(len(unique), -1, dtype=np.int64)
+    slot[prepared.init_at] = np.arange(len(prepared.init_at))
+    taken = slot[admit]
+    missing = taken < 0
+    if not missing.any():
+        return prepared.init_rows[taken]
+    rows = np.empty((len(admit), config.dim), dtype=np.float32)
+    rows[~missing] = prepared.init_rows[taken[~missing]]
+    rows[missing] = initial_rows(config, unique[admit[missing]])
+    return rows
 
 
 class Engine(ABC):
@@ -155,11 +190,6 @@ class Engine(ABC):
     tiered = False     # True for DDR and SSD tables (spec/tiers.md)
     # An engine that cannot express storage tiers at all says why (CON-11).
     tiers_not_expressible: str | None = None
-    # True: a training resolve may run ahead of the gathers and applies of earlier batches (PIPE-1):
-    # it reads no row, its rows stay where it put them until a boundary call (PIPE-4), and it reports
-    # the keys it gave a row (``Resolved.created``).  Other engines run the key pipeline serially (PIPE-6).
-    resolves_ahead = False
-
     def __init__(self, config: TableConfig, optimizer: SparseOptimizer):
         self.config = config
         self.optimizer = optimizer
@@ -189,6 +219,20 @@ class Engine(ABC):
                pad_to: int | None, counts: np.ndarray | None) -> LookupResult:
         return self.gather(self.resolve(keys, shape, train=train, step=step, timestamp=timestamp,
                                         pad_to=pad_to, counts=counts))
+
+    # ----------------------------------------------- the key pipeline (spec/pipeline.md)
+    def prepare(self, keys: np.ndarray, shape: tuple, *, pad_to: int | None,
+                counts: np.ndarray | None) -> Prepared:
+        """A training lookup's work that depends on its keys alone, done ahead (PIPE-1): it changes
+        nothing a store shows and may run any time before ``commit``.  This default does nothing
+        ahead (PIPE-6): ``commit`` then resolves the whole batch."""
+        return Prepared(keys, shape, pad_to, counts)
+
+    def commit(self, prepared: Prepared, *, step: int, timestamp: int | None) -> Resolved:
+        """The batch's training ``resolve`` now, from its ``prepare`` (PIPE-2): the same as
+        ``resolve`` of its keys at this point, bit for bit."""
+        return self.resolve(prepared.keys, prepared.shape, train=True, step=step, timestamp=timestamp,
+                            pad_to=prepared.pad_to, counts=prepared.counts)
 
     @abstractmethod
     def apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int, *,
@@ -263,8 +307,10 @@ class TierMoves(ABC):
 
     @abstractmethod
     def resolve_deduped(self, deduped: tuple, keys: np.ndarray, shape: tuple, *, train: bool, step: int | None,
-                        timestamp: int | None, pad_to: int | None, counts: np.ndarray | None) -> Resolved:
-        """``resolve`` given the batch's ``dedup``, so that a tiered lookup dedups once (TIER-12)."""
+                        timestamp: int | None, pad_to: int | None, counts: np.ndarray | None,
+                        prepared: Prepared | None = None) -> Resolved:
+        """``resolve`` given the batch's ``dedup``, so that a tiered lookup dedups once (TIER-12);
+        ``prepared``: the batch's ``prepare``, whose initial rows a training lookup reuses (PIPE-3)."""
 
     @abstractmethod
     def rows_of(self, keys: np.ndarray, rows: np.ndarray | None = None

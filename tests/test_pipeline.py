@@ -1,17 +1,17 @@
 """The key pipeline (spec/pipeline.md): a pipelined store equals the serial one bit for bit.
 
-The comparison machine drives a store through ``KeyPipeline`` (batch t+1 resolved ahead, in a worker
-thread or in the caller's) and a twin store through plain ``lookup`` / ``apply_gradients`` in the serial
-order, with the same random batches, gradients, paddings, thresholds, evictions, saves and loads, and
-compares after every step: the rows each step gets, the errors, the exported state (rows, slots, counts,
-last seen, clock), the statistics, the capacity, the row placement and the checkpoint files.  The serial
-twin looks batch t+1 up right after apply(t), which is where the serial order puts it: so after every
-step both stores have made the same calls, the pipelined one in another order (PIPE-4's reads)."""
+The comparison machine drives a store through ``KeyPipeline`` (batches resolved ahead, in a worker
+thread or in the caller's, up to ``depth`` of them) and a twin store through plain ``lookup`` /
+``apply_gradients``, with the same random batches, gradients, paddings, steps, thresholds, evictions,
+saves, loads, warm starts and evaluation lookups -- made at any moment, batches waiting or not -- and
+compares after every call: the rows each step gets, the errors, the exported state (rows, slots, counts,
+last seen, clock), the statistics, the capacity, the row placement and the checkpoint files."""
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from mxrec_ref import Adagrad, MxrecError, TableConfig, UsageError, open_store
-from mxrec_ref.conformance.checks import assert_same_result, call_capturing, snapshot, assert_unchanged
+from mxrec_ref.conformance.checks import assert_same_result, assert_unchanged, call_capturing, snapshot
 from mxrec_ref.conformance.strategies import gradients, key_batches, optimizers, table_configs
+from mxrec_ref.engine import Prepared
 from mxrec_ref.pipeline import SWITCH, KeyPipeline, enabled_by_default
 
 DIM = 3
@@ -35,15 +36,13 @@ def _files(folder: str) -> dict[str, bytes]:
 class PipelineComparison(RuleBasedStateMachine):
     """A pipelined store (``self.piped`` behind ``self.pipeline``) and a serial twin (``self.serial``)."""
 
-    def __init__(self, backend: str, worker: bool):
+    def __init__(self, backend: str, worker: bool, depth: int):
         super().__init__()
-        self.backend, self.worker = backend, worker
+        self.backend, self.worker, self.depth = backend, worker, depth
         self.directory = tempfile.mkdtemp(prefix="mxrec-pipeline-")
         self.saves = 0
         self.step = 0
-        self.pending = False        # a batch is pushed (pipelined) and looked up (serial) for the next step
-        self.serial_next = None     # the serial twin's (result, error) of that batch
-        self.seen = np.zeros(0, np.int64)
+        self.waiting = deque()      # the batches pushed and not popped: (keys, pad_to)
         self.pipeline = None
 
     def teardown(self):
@@ -66,114 +65,90 @@ class PipelineComparison(RuleBasedStateMachine):
     def open(self, config, optimizer, hot_rows):
         self.config, self.optimizer, self.hot_rows = config, optimizer, hot_rows
         self.piped, self.serial = self._open(), self._open()
-        self.pipeline = KeyPipeline([self.piped], worker=self.worker, enabled=True)
+        self.pipeline = KeyPipeline([self.piped], depth=self.depth, worker=self.worker, enabled=True)
 
     # ------------------------------------------------------------------ training
-    @rule(first=key_batches(), ahead=key_batches(), seed=st.integers(0, 2**16), go_on=st.booleans(),
-          extra=st.sampled_from([None, 0, 3]))
-    def train(self, first, ahead, seed, go_on, extra):
-        """One step: pop batch t (pushed the step before, or now when the pipeline is drained), push batch
-        t+1 when ``go_on``, apply t's gradients; the serial twin: lookup t, apply t, lookup t+1."""
-        pad = lambda batch: None if extra is None else len(batch) + extra
-        if not self.pending:
-            self.pipeline.push([first], step=self.step, pad_to=pad(first))
-            current = call_capturing(self.serial, "lookup", first, step=self.step, pad_to=pad(first))
-            self.seen = np.union1d(self.seen, first)
-        else:
-            current = self.serial_next
-        if go_on:
-            self.pipeline.push([ahead], step=self.step + 1, pad_to=pad(ahead))     # resolves now: PIPE-1
-            self.seen = np.union1d(self.seen, ahead)
+    @precondition(lambda self: len(self.waiting) <= self.depth)
+    @rule(keys=key_batches(), extra=st.sampled_from([None, 0, 3]))
+    def push(self, keys, extra):
+        """A coming batch, resolved ahead now (PIPE-1): nothing to compare but that nothing changed."""
+        pad_to = None if extra is None else len(keys) + extra
+        self.pipeline.push([keys], pad_to=pad_to)
+        self.waiting.append((keys, pad_to))
+
+    @precondition(lambda self: self.waiting)
+    @rule(seed=st.integers(0, 2**16), advance=st.integers(0, 2))
+    def train(self, seed, advance):
+        """The oldest pushed batch's step: its lookup (PIPE-2) and the apply of its gradients."""
+        keys, pad_to = self.waiting.popleft()
+        self.step += advance
         try:
-            piped, error = self.pipeline.pop()[0], None
-        except MxrecError as raised:     # a key out of range, a table too small: the serial twin's error too
+            piped, error = self.pipeline.pop(step=self.step)[0], None
+        except MxrecError as raised:     # a key out of range, a table too small: the serial lookup's error too
             piped, error = None, (type(raised), str(raised))
-        serial, serial_error = current
+        serial, serial_error = call_capturing(self.serial, "lookup", keys, step=self.step, pad_to=pad_to)
         assert error == serial_error
         if serial is not None:
-            assert_same_result(piped, serial)                                       # PIPE-2
+            assert_same_result(piped, serial)
             grads = gradients(len(serial.unique_keys), self.config.dim, seed)
             assert self.piped.apply_gradients(piped, grads, step=self.step) == \
-                self.serial.apply_gradients(serial, grads, step=self.step)         # PIPE-3
-        self.pending = go_on
-        if go_on:
-            self.serial_next = call_capturing(self.serial, "lookup", ahead, step=self.step + 1, pad_to=pad(ahead))
-        self.step += 1
+                self.serial.apply_gradients(serial, grads, step=self.step)
 
-    # ---------------------------------------------------------------- boundaries
-    @precondition(lambda self: not self.pending)
+    # ------------------------------------------------- calls between steps: no boundary (PIPE-4)
     @rule(threshold=st.integers(0, 3))
     def set_threshold(self, threshold):
         self.piped.set_threshold(threshold)
         self.serial.set_threshold(threshold)
 
-    @precondition(lambda self: not self.pending and self.config.eviction_enabled)
-    @rule()
-    def evict(self):
-        assert self.piped.evict().tolist() == self.serial.evict().tolist()
+    @precondition(lambda self: self.config.eviction_enabled)
+    @rule(later=st.integers(0, 3))
+    def evict(self, later):
+        now = self.step + later
+        assert self.piped.evict(now=now).tolist() == self.serial.evict(now=now).tolist()
 
-    @precondition(lambda self: not self.pending)
-    @rule()
-    def save_and_load(self):
-        """A save at a point of the serial order: the same files; loaded back, the same store."""
+    @rule(keys=key_batches())
+    def evaluate(self, keys):
+        piped, error = call_capturing(self.piped, "lookup", keys, train=False)
+        serial, serial_error = call_capturing(self.serial, "lookup", keys, train=False)
+        assert error == serial_error
+        if serial is not None:
+            assert_same_result(piped, serial)
+
+    @rule(warm=st.booleans())
+    def save_and_load(self, warm):
+        """A save while batches wait: the same files; loaded back (or merged by a warm start), the same store."""
         self.saves += 1
         folders = [os.path.join(self.directory, f"{name}{self.saves}") for name in ("piped", "serial")]
         self.piped.save(folders[0])
         self.serial.save(folders[1])
         assert _files(folders[0]) == _files(folders[1])
-        self.piped.load(folders[0])
-        self.serial.load(folders[1])
-
-    @precondition(lambda self: self.pending and self.serial_next[1] is None)    # its resolve succeeded: it waits
-    @rule(which=st.sampled_from(["save", "load", "evict", "set_threshold", "lookup", "warm_start", "import_state"]))
-    def boundary_while_a_batch_waits(self, which):
-        """PIPE-4: refused, naming the table and the call, and nothing changes."""
-        before = snapshot(self.piped)
-        folder = os.path.join(self.directory, "refused")
-        calls = {"save": lambda: self.piped.save(folder), "load": lambda: self.piped.load(self._source()),
-                 "evict": lambda: self.piped.evict(), "set_threshold": lambda: self.piped.set_threshold(1),
-                 "lookup": lambda: self.piped.lookup(np.array([1]), train=False),
-                 "warm_start": lambda: self.piped.apply_warm_start(self._plan()),
-                 "import_state": lambda: self.piped.import_state(self.piped.export())}
-        if which == "evict" and not self.config.eviction_enabled:
-            return
-        with pytest.raises(UsageError, match=r"table 't': .*1 batch\(es\) resolved ahead.*PIPE-4"):
-            calls[which]()
-        assert_unchanged(self.piped, before)
-        assert not os.path.exists(folder)
-
-    def _source(self) -> str:
-        """A checkpoint of the serial twin (which holds no batch resolved ahead), saved once."""
-        source = os.path.join(self.directory, "source")
-        if not os.path.exists(source):
-            self.serial.save(source)
-        return source
-
-    def _plan(self):
-        return self.piped.plan_warm_start(self._source())
+        if warm:
+            for store, folder in zip((self.piped, self.serial), folders):
+                call_capturing(store, "warm_start", folder, now=self.step)
+        else:
+            self.piped.load(folders[0])
+            self.serial.load(folders[1])
 
     # ------------------------------------------------------------------ agreement
     @invariant()
     def agree(self):
-        """After every step: the same calls made, so the same everything (PIPE-1, PIPE-4's reads, at the
-        point ``wait`` defines when a worker resolves)."""
+        """After every call, batches waiting or not: the same everything (PIPE-1, PIPE-4)."""
         if self.pipeline is None:
             return
-        self.pipeline.wait()
         assert self.piped.export().differences(self.serial.export()) == []
         assert self.piped.stats() == self.serial.stats()
         assert self.piped.capacity() == self.serial.capacity()
         assert self.piped.table_clock() == self.serial.table_clock()
-        seen = self.seen[(self.seen >= self.config.key_min) & (self.seen <= self.config.key_max)]
-        assert self.piped.row_handles(seen).tolist() == self.serial.row_handles(seen).tolist()
+        keys = self.serial.export().keys
+        assert self.piped.row_handles(keys).tolist() == self.serial.row_handles(keys).tolist()
 
 
-@pytest.mark.parametrize("worker", [False, True], ids=["in_push", "worker"])
-def test_pipe_1_a_pipelined_store_equals_the_serial_one_after_every_step(backend, worker):
-    """PIPE-1..PIPE-5: the comparison machine, both backends, resolves in the caller's thread and in the
-    worker (where their interleaving with the step's gathers and applies is the threads')."""
-    run_state_machine_as_test(lambda: PipelineComparison(backend, worker),
-                              settings=settings(max_examples=25, stateful_step_count=20, deadline=None,
+@pytest.mark.parametrize("worker, depth", [(False, 1), (True, 1), (True, 2)], ids=["in_push", "worker", "depth2"])
+def test_pipe_1_a_pipelined_store_equals_the_serial_one_after_every_call(backend, worker, depth):
+    """PIPE-1..PIPE-5: the comparison machine, both backends; resolves in the caller's thread and in the
+    worker (where they interleave with the caller's calls as the threads' timing has it)."""
+    run_state_machine_as_test(lambda: PipelineComparison(backend, worker, depth),
+                              settings=settings(max_examples=15, stateful_step_count=20, deadline=None,
                                                 suppress_health_check=list(HealthCheck)))
 
 
@@ -183,111 +158,136 @@ def _store(backend, **config):
     return open_store(TableConfig(**config), Adagrad(0.1), backend=backend)
 
 
-def test_pipe_2_rows_are_read_at_gather_and_batches_are_gathered_in_order(backend):
-    """A batch resolved before an apply to its keys gathers the applied rows; a pending key that a later
-    batch admitted still gets the default row; gathering out of order or twice is refused."""
+def test_pipe_1_a_resolve_ahead_changes_nothing_and_checks_the_keys_first(backend, tmp_path):
     store = _store(backend, access_threshold=2)
-    grads = np.ones((2, DIM), np.float32)
-    first = store.resolve_ahead(np.array([1, 2, 1]), step=0)        # 1 admitted (2 accesses), 2 pending
-    second = store.resolve_ahead(np.array([2, 1]), step=1)          # 2 admitted now
-    with pytest.raises(UsageError, match=r"table 't': batch: batch 1 gathered before batch 0; .* \(PIPE-2\)"):
-        store.gather(second)
-    result = store.gather(first)
-    assert result.admitted.tolist() == [True, False]
-    assert np.array_equal(result.rows[1], store.config.default_row())       # 2's row is batch 1's (ADM-5)
-    before = store.export().values.copy()
-    store.apply_gradients(result, grads, step=0)
-    later = store.gather(second)
-    assert not np.array_equal(later.rows[1], before[store.export().keys.tolist().index(1)])  # 1 was applied
-    with pytest.raises(UsageError, match="gathered already"):
-        store.gather(second)
-    other = _store(backend)
-    with pytest.raises(UsageError, match="not a batch this store resolved ahead"):
-        other.gather(store.resolve_ahead(np.array([3]), step=2))
-
-
-def test_pipe_3_an_apply_skips_rows_a_waiting_batch_created(backend):
-    """Key 2 is pending at batch 0's resolve and admitted by batch 1's, resolved ahead: batch 0's apply
-    leaves 2's row alone (serially it had none), and updates it once batch 1 is gathered."""
-    store = _store(backend, access_threshold=2)
-    first = store.resolve_ahead(np.array([1, 1, 2]), step=0)
-    second = store.resolve_ahead(np.array([2]), step=1)
-    created = store.export()
-    row_of_2 = created.values[created.keys.tolist().index(2)].copy()
-    result = store.gather(first)
-    assert store.apply_gradients(result, np.ones((2, DIM), np.float32), step=0) == 1     # only key 1
-    assert np.array_equal(store.export().values[created.keys.tolist().index(2)], row_of_2)
-    store.gather(second)
-    assert store.apply_gradients(np.array([2]), np.ones((1, DIM), np.float32), step=1) == 1
-
-
-def test_pipe_4_boundaries_are_refused_while_a_batch_waits_and_allowed_after(backend, tmp_path):
-    store = _store(backend, access_threshold=1, eviction_threshold=1)
-    batch = store.resolve_ahead(np.array([5, 6]), step=0)
-    assert store.stats()["size"] == 2              # reads include the resolve (PIPE-4)
+    store.apply_gradients(store.lookup(np.array([1, 1, 2]), step=0), np.ones((2, DIM), np.float32), step=0)
+    store.save(tmp_path / "before")
     before = snapshot(store)
-    for call, run in {"save": lambda: store.save(tmp_path), "evict": store.evict,
-                      "set_threshold": lambda: store.set_threshold(2),
-                      "lookup": lambda: store.lookup(np.array([5]), step=0),
-                      "set_optimizer": lambda: store.set_optimizer(Adagrad(0.1, initial_accumulator_value=0.5))}.items():
-        with pytest.raises(UsageError, match=rf"table 't': {call}: 1 batch\(es\) resolved ahead .*\(PIPE-4\)"):
-            run()
-        assert_unchanged(store, before)
-    store.set_optimizer(Adagrad(0.5))              # the same initial slots: no boundary (INIT-5)
-    store.gather(batch)
-    store.save(tmp_path)
-    assert store.evict(now=5).tolist() == [5, 6]
+    batch = store.resolve_ahead(np.array([[1, 2, 3], [3, 4, -1]]), pad_to=8, counts=np.ones((2, 3), np.int64))
+    assert_unchanged(store, before)
+    store.save(tmp_path / "after")
+    assert _files(tmp_path / "before") == _files(tmp_path / "after")
+    assert isinstance(batch.prepared, Prepared) and batch.table == "t"
+    with pytest.raises(MxrecError, match=r"table 't': keys: "):
+        store.resolve_ahead(np.array([1.5]))
+    with pytest.raises(MxrecError, match=r"table 't': pad_to: "):
+        store.resolve_ahead(np.array([1]), pad_to=-2)
+    assert_unchanged(store, before)
+
+
+def test_pipe_2_gather_is_the_lookup_at_that_point(backend):
+    """Resolved ahead of two applies and of another batch's admissions, a batch's gather equals a lookup
+    made at gather time on a twin store; an error (the table is full) is the lookup's, nothing changed."""
+    store, twin = _store(backend, access_threshold=2, device_vocabulary_size=3), \
+        _store(backend, access_threshold=2, device_vocabulary_size=3)
+    ahead = store.resolve_ahead(np.array([2, 1, 5, 2]), pad_to=6)
+    for one in (store, twin):
+        result = one.lookup(np.array([1, 1, 2]), step=0)            # 1 admitted; 2 pending
+        one.apply_gradients(result, np.ones((2, DIM), np.float32), step=0)
+    assert_same_result(store.gather(ahead, step=1), twin.lookup(np.array([2, 1, 5, 2]), step=1, pad_to=6))
+    assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
+    full = store.resolve_ahead(np.array([7, 7, 8, 8]))
+    before = snapshot(store)
+    with pytest.raises(MxrecError, match=r"table 't': device_vocabulary_size: "):
+        store.gather(full, step=2)
+    assert_unchanged(store, before)
+    with pytest.raises(UsageError, match=r"table 't': batch: not a batch this store resolved ahead"):
+        twin.gather(ahead, step=2)
+
+
+def test_pipe_3_commit_works_admission_out_again_and_makes_missing_initial_rows(backend):
+    """Key 9 is new when its batch is resolved (threshold 2, one access: no initial row made ahead);
+    another lookup counts it before the gather, so the gather admits it and makes its initial row then --
+    the row a serial lookup gives it.  An eviction between resolve and gather counts too."""
+    config = dict(access_threshold=2, eviction_threshold=1)
+    store, twin = _store(backend, **config), _store(backend, **config)
+    ahead = store.resolve_ahead(np.array([9, 4, 4]))
+    assert ahead.prepared.init_at.tolist() == [1]          # only key 4 (two accesses) would be admitted now
+    for one in (store, twin):
+        one.lookup(np.array([9]), step=0)
+        one.lookup(np.array([4, 4]), step=0)
+        assert one.evict(now=1).tolist() == [4, 9]
+        one.lookup(np.array([9]), step=1)
+    got = store.gather(ahead, step=1)
+    assert_same_result(got, twin.lookup(np.array([9, 4, 4]), step=1))
+    assert got.admitted.tolist() == [True, True]
+    assert store.export().differences(twin.export()) == []
+
+
+def test_pipe_4_every_call_is_allowed_while_batches_wait(backend, tmp_path):
+    """Save, load, warm start, evict, set_threshold, set_optimizer and plain lookups between a batch's
+    resolve and its gather: each sees the serial state, and the gather is still the serial lookup."""
+    config = dict(access_threshold=1, eviction_threshold=1)
+    store, twin = _store(backend, **config), _store(backend, **config)
+    ahead = [store.resolve_ahead(np.array([5, 6, 7])), store.resolve_ahead(np.array([6, 8]))]
+    for i, one in enumerate((store, twin)):
+        one.lookup(np.array([5, 6]), step=0)
+        one.save(tmp_path / str(i))
+        one.lookup(np.array([1, 2]), step=1)
+        one.evict(now=2)
+        one.load(tmp_path / str(i))
+        one.warm_start(tmp_path / str(i), now=2)
+        one.set_threshold(2)
+        one.set_optimizer(Adagrad(0.5, initial_accumulator_value=0.3))
+        assert one.lookup(np.array([5]), train=False).admitted.tolist() == [True]
+    assert _files(tmp_path / "0") == _files(tmp_path / "1")
+    assert_same_result(store.gather(ahead[1], step=3), twin.lookup(np.array([6, 8]), step=3))
+    assert_same_result(store.gather(ahead[0], step=3), twin.lookup(np.array([5, 6, 7]), step=3))
+    assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
 
 
 def test_pipe_5_depth_push_and_pop(backend):
-    """Depth 2: three batches pushed ahead of the next pop is one too many; a resolve error is raised by
-    its pop after the tables before the failing one were gathered (they can be used again)."""
-    stores = [_store(backend), _store(backend, name="small", device_vocabulary_size=2)]
+    """Depth 2: a third batch pushed beyond the next pop is refused; a key check that failed in the
+    resolve is raised by its pop at its table, after the tables before it were looked up."""
+    stores = [_store(backend), _store(backend, name="small", key_dtype="int32")]
     with pytest.raises(UsageError, match=r"tables 't', 'small': depth: .* >= 1, got 0"):
         KeyPipeline(stores, depth=0)
     with KeyPipeline(stores, depth=2) as pipeline:
-        for step in range(3):
-            pipeline.push([np.array([step]), np.array([step])], step=step)
+        pipeline.push([np.array([1]), np.array([1])])
+        pipeline.push([np.array([2**40]), np.array([2**40])])     # too large for 'small' (int32 keys)
+        pipeline.push([np.array([3]), np.array([3])])
         with pytest.raises(UsageError, match=r"push: 3 batches are pushed and not popped; the pipeline's depth is 2"):
-            pipeline.push([np.array([9]), np.array([9])], step=3)
-        assert [len(r.unique_keys) for r in pipeline.pop()] == [1, 1]
-        assert [len(r.unique_keys) for r in pipeline.pop()] == [1, 1]
-        with pytest.raises(Exception, match=r"table 'small': device_vocabulary_size"):
-            pipeline.pop()                   # the third key does not fit table 'small'
-        assert pipeline.pending == 0
-        stores[0].save(os.path.join(tempfile.mkdtemp(), "x"))   # nothing waits on table 't' either
+            pipeline.push([np.array([9]), np.array([9])])
+        assert [r.unique_keys.tolist() for r in pipeline.pop(step=0)] == [[1], [1]]
+        with pytest.raises(MxrecError, match=r"table 'small': keys: key 1099511627776 is outside the range"):
+            pipeline.pop(step=1)
+        assert stores[0].stats()["train_lookups"] == 2 and stores[1].stats()["train_lookups"] == 1
+        assert [r.unique_keys.tolist() for r in pipeline.pop(step=2)] == [[3], [3]]
         with pytest.raises(UsageError, match="pop: no batch was pushed"):
-            pipeline.pop()
+            pipeline.pop(step=3)
 
 
-def test_pipe_6_engines_that_cannot_resolve_ahead_run_serially(backend, tmp_path, caplog):
-    """A DDR table is not pipelined: resolve_ahead is refused, and KeyPipeline looks it up in pop with one
-    warning naming the table; the results equal a plain lookup's."""
+def test_pipe_6_an_engine_that_prepares_nothing_runs_serially_in_a_pipeline(backend):
+    """A DDR table's engine does nothing ahead (the default prepare): in a KeyPipeline its batches are
+    resolved at pop, with the results of plain lookups."""
     config = TableConfig("ddr", dim=DIM, device_vocabulary_size=8, host_vocabulary_size=64)
     tiered, twin = (open_store(config, Adagrad(0.1), backend=backend) for _ in range(2))
-    with pytest.raises(UsageError, match=r"table 'ddr': resolve_ahead: a TieredEngine .* \(PIPE-6\)"):
-        tiered.resolve_ahead(np.array([1]), step=0)
-    with caplog.at_level("WARNING"), KeyPipeline([tiered]) as pipeline:
-        batches = [np.arange(step, step + 6) for step in range(4)]
-        for step, keys in enumerate(batches):
-            pipeline.push([keys], step=step)
-            (result,) = pipeline.pop()
-            assert_same_result(result, twin.lookup(keys, step=step))
-    assert [r.message for r in caplog.records if "PIPE-6" in r.message] == [
-        "table 'ddr': the key pipeline runs its batches serially: a TieredEngine reads rows while it resolves (PIPE-6)"]
+    assert tiered.resolve_ahead(np.array([1, 2])).prepared.deduped is None
+    with KeyPipeline([tiered]) as pipeline:
+        batches = [np.arange(step, step + 6) for step in range(5)]
+        pipeline.push([batches[0]])
+        for step in range(5):
+            if step + 1 < 5:
+                pipeline.push([batches[step + 1]])
+            (result,) = pipeline.pop(step=step)
+            expected = twin.lookup(batches[step], step=step)
+            assert_same_result(result, expected)
+            tiered.apply_gradients(result, np.ones((6, DIM), np.float32), step=step)
+            twin.apply_gradients(expected, np.ones((6, DIM), np.float32), step=step)
+    assert tiered.export().differences(twin.export()) == [] and tiered.stats() == twin.stats()
 
 
 @pytest.mark.parametrize("value, expected", [(None, True), ("1", True), ("0", False), ("off", False),
                                              ("False", False), ("no", False)])
 def test_pipe_7_the_switch(monkeypatch, backend, value, expected):
-    """MXREC_KEY_PIPELINE turns the pipeline off; off, pop is the plain lookup (nothing resolved ahead)."""
+    """MXREC_KEY_PIPELINE turns the pipeline off; off, pop is the plain lookup, with the same results."""
     if value is None:
         monkeypatch.delenv(SWITCH, raising=False)
     else:
         monkeypatch.setenv(SWITCH, value)
     assert enabled_by_default() is expected
-    store = _store(backend)
-    with KeyPipeline([store]) as pipeline:
-        pipeline.push([np.array([1, 2])], step=0)
-        assert len(store.ahead) == (1 if expected else 0)
-        pipeline.pop()
+    store, twin = _store(backend), _store(backend)
+    with KeyPipeline([store], worker=False) as pipeline:
+        assert pipeline.enabled is expected
+        pipeline.push([np.array([1, 2, 1])])
+        assert_same_result(pipeline.pop(step=0)[0], twin.lookup(np.array([1, 2, 1]), step=0))

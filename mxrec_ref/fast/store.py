@@ -27,7 +27,8 @@ import numpy as np
 from .._fast import FastCore, HostHeap
 from ..config import TableConfig
 from ..contract import Store, checked_table
-from ..engine import InMemoryEngine, Resolved, TierMoves, check_send_count, eviction_cutoff, overflow_error
+from ..engine import (InMemoryEngine, Prepared, Resolved, TierMoves, check_send_count, eviction_cutoff,
+                      initial_rows_of, overflow_error)
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
 from . import admission, checkpoint, eviction, hot, initializers, lookup, optimizers, tiers
@@ -37,7 +38,6 @@ from .placement import FastDevicePlacement
 
 class FastEngine(InMemoryEngine, TierMoves):
     backend_name = "fast"
-    resolves_ahead = True                        # PIPE-1: resolve reads no row; gather reads by handle
     device_placement = FastDevicePlacement       # CON-10, TIER-4
     host_heap = HostHeap                         # CON-10, TIER-12
     disk_kernels = FastDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
@@ -57,10 +57,28 @@ class FastEngine(InMemoryEngine, TierMoves):
         return self.resolve_deduped(self.dedup(keys, counts), keys, shape, train=train, step=step,
                                     timestamp=timestamp, pad_to=pad_to, counts=counts)
 
+    def prepare(self, keys, shape, *, pad_to, counts) -> Prepared:
+        """PIPE-1: the dedup and the initial rows of the keys a lookup now would admit; reads the
+        history (a probe), changes nothing.  ``commit`` works out counts and admission again."""
+        deduped = self.dedup(keys, counts)
+        unique, _, occurrences = deduped
+        admit = admission.plan_train(self.core, unique, occurrences, self.effective_coefficient(),
+                                     self.config.admit_threshold).admit
+        return Prepared(keys, shape, pad_to, counts, deduped, admit,
+                        initializers.initial_rows(self.config, unique[admit]) if len(admit) else None)
+
+    def commit(self, prepared, *, step, timestamp) -> Resolved:
+        if prepared.deduped is None:
+            return super().commit(prepared, step=step, timestamp=timestamp)
+        return self.resolve_deduped(prepared.deduped, prepared.keys, prepared.shape, train=True, step=step,
+                                    timestamp=timestamp, pad_to=prepared.pad_to, counts=prepared.counts,
+                                    prepared=prepared)                            # PIPE-2
+
     def dedup(self, keys, counts):
         return lookup.dedup(self.core, keys, counts)                              # LKP-2
 
-    def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+    def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts,
+                        prepared=None) -> Resolved:
         """Each unique key's row handle, padded to send_count, from the pass that resolves the
         keys; no row is read: gather reads them by handle (one C pass over the handles)."""
         core = self.core
@@ -71,9 +89,8 @@ class FastEngine(InMemoryEngine, TierMoves):
         # hot_index: each unique key's index in the hot block, probed on the
         # way, as the set is before this lookup's refresh (None: no hot set)
         if train:
-            admitted, handles, hot_index, created = self.train_lookup(unique, occurrences, step, timestamp, total)
+            admitted, handles, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total, prepared)
         else:
-            created = None
             handles, admitted, hot_index = lookup.locate(core, unique, total)     # LKP-5, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(core, keys, inverse, admitted, hot_index)
         self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
@@ -81,7 +98,7 @@ class FastEngine(InMemoryEngine, TierMoves):
         self.refresh_hot_if_due(train)                                            # HOT-2
         return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
                         inverse=inverse, n_unique=n_unique, admitted=admitted, handles=handles,
-                        hot_index=hot_index, padded=True, created=created)
+                        hot_index=hot_index, padded=True)
 
     def gather(self, resolved: Resolved) -> LookupResult:
         rows = resolved.rows
@@ -92,9 +109,9 @@ class FastEngine(InMemoryEngine, TierMoves):
         return LookupResult(self.name, unique, rows, resolved.inverse.reshape(resolved.shape), resolved.admitted,
                             resolved.train, resolved.n_unique, 0, resolved.handles if resolved.train else None)
 
-    def train_lookup(self, unique, occurrences, step, timestamp, total):
+    def train_lookup(self, unique, occurrences, step, timestamp, total, prepared=None):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (admitted, row handles, hot index of each unique key or None, the keys given a row).  All checks happen before
+        (admitted, row handles, hot index of each unique key or None).  All checks happen before
         the commit."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         core = self.core
@@ -103,12 +120,12 @@ class FastEngine(InMemoryEngine, TierMoves):
         admit = plan.admit
         self.reserve(len(admit))                                                  # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
-        init = initializers.initial_rows(self.config, unique[admit]) if len(admit) else None
+        init = initial_rows_of(self.config, unique, admit, prepared, initializers.initial_rows)
         admitted, handles = admission.commit_train(core, plan, clock, init, self.capacity_rows, total)
         self.clock, self.clock_source = clock, source
         self.counters["admitted"] += len(admit)
         self.counters["train_lookups"] += 1
-        return admitted, handles, plan.hot_index, unique[admit]
+        return admitted, handles, plan.hot_index
 
     def refresh_hot(self) -> None:
         hot.refresh_hot(self.core, self.hot_capacity)

@@ -14,8 +14,8 @@ import numpy as np
 
 from ..config import TableConfig
 from ..contract import Store, checked_table
-from ..engine import (InMemoryEngine, Resolved, TierMoves, check_send_count, eviction_cutoff,
-                      overflow_error)
+from ..engine import (InMemoryEngine, Prepared, Resolved, TierMoves, check_send_count, eviction_cutoff,
+                      initial_rows_of, overflow_error)
 from ..initializers import initial_rows
 from ..optimizers import SparseOptimizer
 from ..state import LookupResult, TableState
@@ -27,7 +27,6 @@ from .table import Table
 
 class RefEngine(InMemoryEngine, TierMoves):
     backend_name = "ref"
-    resolves_ahead = True                        # PIPE-1: resolve reads no row; gather reads by handle
     device_placement = RefDevicePlacement       # CON-10, TIER-4
     host_heap = PyHostHeap                      # CON-10, TIER-12
     disk_kernels = RefDiskKernels               # the SSD tier's index, checksums and reads, TIER-9
@@ -47,10 +46,28 @@ class RefEngine(InMemoryEngine, TierMoves):
         return self.resolve_deduped(self.dedup(keys, counts), keys, shape, train=train, step=step,
                                     timestamp=timestamp, pad_to=pad_to, counts=counts)
 
+    def prepare(self, keys, shape, *, pad_to, counts) -> Prepared:
+        """PIPE-1: the dedup and the initial rows of the keys a lookup now would admit; reads the
+        history (a probe), changes nothing.  ``commit`` works out counts and admission again."""
+        deduped = self.dedup(keys, counts)
+        unique, _, occurrences = deduped
+        admit = admission.plan_train(self.table, unique, occurrences, self.effective_coefficient(),
+                                     self.admit_threshold()).admit
+        return Prepared(keys, shape, pad_to, counts, deduped, admit,
+                        initial_rows(self.config, unique[admit]) if len(admit) else None)
+
+    def commit(self, prepared, *, step, timestamp) -> Resolved:
+        if prepared.deduped is None:
+            return super().commit(prepared, step=step, timestamp=timestamp)
+        return self.resolve_deduped(prepared.deduped, prepared.keys, prepared.shape, train=True, step=step,
+                                    timestamp=timestamp, pad_to=prepared.pad_to, counts=prepared.counts,
+                                    prepared=prepared)                            # PIPE-2
+
     def dedup(self, keys, counts):
         return lookup.dedup(self.table, keys, counts)                             # LKP-2
 
-    def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
+    def resolve_deduped(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts,
+                        prepared=None) -> Resolved:
         """Each unique key's row handle, padded to send_count, as the fast twin's kernels do; no
         row is read: gather reads them by handle."""
         table = self.table
@@ -59,9 +76,8 @@ class RefEngine(InMemoryEngine, TierMoves):
         check_send_count(self.config, n_unique, pad_to)                           # LKP-4
         total = n_unique if pad_to is None else max(pad_to, n_unique)
         if train:
-            admitted, handles, hot_index, created = self.train_lookup(unique, occurrences, step, timestamp, total)
+            admitted, handles, hot_index = self.train_lookup(unique, occurrences, step, timestamp, total, prepared)
         else:
-            created = None
             handles, admitted, hot_index = lookup.locate(table, unique, total)    # LKP-5, HOT-3
         padding, with_row, hot_hits = lookup.position_stats(table, keys, inverse, admitted, hot_index)
         self.count_positions(train, keys.size, padding, with_row)                 # STAT-3
@@ -69,7 +85,7 @@ class RefEngine(InMemoryEngine, TierMoves):
         self.refresh_hot_if_due(train)                                            # HOT-2
         return Resolved(keys=keys, shape=shape, train=train, step=step, pad_to=pad_to, unique=unique,
                         inverse=inverse, n_unique=n_unique, admitted=admitted, handles=handles,
-                        hot_index=hot_index, padded=True, created=created)
+                        hot_index=hot_index, padded=True)
 
     def gather(self, resolved: Resolved) -> LookupResult:
         rows = resolved.rows
@@ -79,9 +95,9 @@ class RefEngine(InMemoryEngine, TierMoves):
         return LookupResult(self.name, unique, rows, resolved.inverse.reshape(resolved.shape),
                             resolved.admitted, resolved.train, resolved.n_unique)
 
-    def train_lookup(self, unique, occurrences, step, timestamp, total):
+    def train_lookup(self, unique, occurrences, step, timestamp, total, prepared=None):
         """Count, admit and place rows (ADM-1..ADM-4, EXP-1..EXP-4); returns the lookup's
-        (admitted, row handles, hot index of each unique key or None, the keys given a row).  All checks happen before
+        (admitted, row handles, hot index of each unique key or None).  All checks happen before
         the first change."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         plan = admission.plan_train(self.table, unique, occurrences, self.effective_coefficient(),
@@ -89,12 +105,12 @@ class RefEngine(InMemoryEngine, TierMoves):
         admit = plan.admit
         self.reserve(len(admit))                                                  # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
-        init = initial_rows(self.config, unique[admit]) if len(admit) else None
+        init = initial_rows_of(self.config, unique, admit, prepared, initial_rows)
         self.clock, self.clock_source = clock, source
         admitted, handles = admission.commit_train(self.table, plan, clock, init, self.capacity_rows, total)
         self.counters["admitted"] += len(admit)
         self.counters["train_lookups"] += 1
-        return admitted, handles, plan.hot_index, unique[admit]
+        return admitted, handles, plan.hot_index
 
     def admit_threshold(self) -> int:
         return self.config.admit_threshold
