@@ -169,29 +169,34 @@ class Store:
             return result
 
     # ------------------------------------------------ the key pipeline (spec/pipeline.md)
-    def resolve_ahead(self, keys, *, pad_to: int | None = None, counts=None) -> AheadBatch:
+    def resolve_ahead(self, keys, *, counts=None) -> AheadBatch:
         """A training batch's work that depends on its keys alone, done now, ahead of its lookup
-        (PIPE-1): checked as ``lookup`` checks keys, ``pad_to`` and ``counts``; changes nothing the
-        store shows, so it may run at any time, in any thread.  ``gather`` looks the batch up."""
+        (PIPE-1): checked as ``lookup`` checks keys and ``counts``; changes nothing the store shows,
+        so it may run at any time, in any thread.  ``gather`` looks the batch up."""
         flat, shape = self._check_keys(keys)
         if counts is not None:
             counts = self._check_counts(counts, shape)
-        pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            return AheadBatch(id(self), self.name, self.engine.prepare(flat, shape, pad_to=pad_to, counts=counts))
+            return AheadBatch(id(self), self.name, self.engine.prepare(flat, shape, counts=counts))
 
-    def gather(self, batch: AheadBatch, *, step: int, timestamp: int | None = None) -> LookupResult:
+    def gather(self, batch: AheadBatch, *, step: int, timestamp: int | None = None,
+               pad_to: int | None = None) -> LookupResult:
         """The training ``lookup`` of a batch resolved ahead, now: the same result and the same
-        effects as ``lookup(keys, train=True, step=step, timestamp=timestamp, ...)`` at this point, bit
-        for bit (PIPE-2), with the batch's work done ahead taken from it."""
+        effects as ``lookup(keys, train=True, step=step, timestamp=timestamp, pad_to=pad_to)`` at this
+        point, bit for bit (PIPE-2), with the batch's work done ahead taken from it."""
         if not isinstance(batch, AheadBatch) or batch.store_id != id(self) or batch.table != self.name:
             raise UsageError(f"table {self.name!r}: batch: not a batch this store resolved ahead "
                              f"(got {type(batch).__name__})")
+        prepared = batch.prepared
+        if not prepared.done_ahead:       # nothing was done ahead (PIPE-6): this store's own lookup
+            return self.lookup(prepared.keys.reshape(prepared.shape), train=True, step=step, timestamp=timestamp,
+                               pad_to=pad_to, counts=prepared.counts)
         step = self.check_time("step", step, required=True)
         timestamp = self.check_time("timestamp", timestamp, required=False)
+        pad_to = self._check_pad_to(pad_to)
         with self._lock:
-            result = _read_only(self.engine.gather(self.engine.commit(batch.prepared, step=step, timestamp=timestamp)),
-                                id(self))
+            resolved = self.engine.commit(prepared, step=step, timestamp=timestamp, pad_to=pad_to)
+            result = _read_only(self.engine.gather(resolved), id(self))
             self._log_changes(result.unique_keys)      # admitted keys get rows (SERVE-3)
             return result
 

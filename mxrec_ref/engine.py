@@ -148,17 +148,20 @@ class Prepared:
     """A training batch's work done ahead of its lookup (the key pipeline, spec/pipeline.md): what
     depends on the keys alone and changes nothing a store shows (PIPE-1).  ``commit`` turns it into
     the batch's ``Resolved`` at the batch's turn.  ``deduped``: the engine's dedup of the keys (None:
-    nothing done ahead); ``init_at`` the positions in the distinct keys whose initial rows
+    nothing done ahead: ``done_ahead`` is False); ``init_at`` the positions in the distinct keys whose initial rows
     ``init_rows`` holds, in that order (the keys a lookup then would have admitted; INIT-1 makes a
     key's initial row a function of the key, so it is the same whenever it is made)."""
 
     keys: np.ndarray
     shape: tuple
-    pad_to: int | None
     counts: np.ndarray | None
     deduped: tuple | None = None
     init_at: np.ndarray | None = None
     init_rows: np.ndarray | None = None
+
+    @property
+    def done_ahead(self) -> bool:
+        return self.deduped is not None
 
 
 def initial_rows_of(config: TableConfig, unique: np.ndarray, admit: np.ndarray, prepared: Prepared | None,
@@ -221,18 +224,17 @@ class Engine(ABC):
                                         pad_to=pad_to, counts=counts))
 
     # ----------------------------------------------- the key pipeline (spec/pipeline.md)
-    def prepare(self, keys: np.ndarray, shape: tuple, *, pad_to: int | None,
-                counts: np.ndarray | None) -> Prepared:
+    def prepare(self, keys: np.ndarray, shape: tuple, *, counts: np.ndarray | None) -> Prepared:
         """A training lookup's work that depends on its keys alone, done ahead (PIPE-1): it changes
         nothing a store shows and may run any time before ``commit``.  This default does nothing
         ahead (PIPE-6): ``commit`` then resolves the whole batch."""
-        return Prepared(keys, shape, pad_to, counts)
+        return Prepared(keys, shape, counts)
 
-    def commit(self, prepared: Prepared, *, step: int, timestamp: int | None) -> Resolved:
+    def commit(self, prepared: Prepared, *, step: int, timestamp: int | None, pad_to: int | None) -> Resolved:
         """The batch's training ``resolve`` now, from its ``prepare`` (PIPE-2): the same as
         ``resolve`` of its keys at this point, bit for bit."""
         return self.resolve(prepared.keys, prepared.shape, train=True, step=step, timestamp=timestamp,
-                            pad_to=prepared.pad_to, counts=prepared.counts)
+                            pad_to=pad_to, counts=prepared.counts)
 
     @abstractmethod
     def apply(self, keys: np.ndarray, grads: np.ndarray, mask: np.ndarray, step: int, *,

@@ -35,13 +35,16 @@ def enabled_by_default() -> bool:
     return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+def _per_table(value, n: int) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value] * n
+
+
 @dataclass
 class _Pushed:
     """One pushed batch: its keys and lookup arguments per store and, when resolved ahead, the future
     of its ``AheadBatch`` list (or the error of a key check, raised by ``pop``)."""
 
     keys: list
-    pad_to: list
     counts: list
     ahead: Future = field(default_factory=Future)
 
@@ -75,9 +78,9 @@ class KeyPipeline:
         """Batches pushed and not popped."""
         return len(self._pushed)
 
-    def push(self, keys, *, pad_to=None, counts=None) -> None:
-        """Hand over the next training batch: ``keys`` one array per store (``pad_to`` and ``counts``
-        likewise, or one value for all).  Its work starts now, in the worker when there is one; a
+    def push(self, keys, *, counts=None) -> None:
+        """Hand over the next training batch: ``keys`` one array per store (``counts`` likewise, or
+        None).  Its work starts now, in the worker when there is one; a
         check that fails is raised by the batch's ``pop``, as the serial lookup would raise it then."""
         keys = list(keys)
         if len(keys) != len(self.stores):
@@ -86,9 +89,7 @@ class KeyPipeline:
         if len(self._pushed) > self.depth:
             raise UsageError(f"tables {self._names()}: push: {len(self._pushed)} batches are pushed and not "
                              f"popped; the pipeline's depth is {self.depth} (PIPE-5): pop one first")
-        n = len(self.stores)
-        pushed = _Pushed(keys, *[value if isinstance(value, (list, tuple)) else [value] * n
-                                 for value in (pad_to, counts)])
+        pushed = _Pushed(keys, _per_table(counts, len(self.stores)))
         if not self.enabled:
             pushed.ahead.set_result(None)
         elif self._jobs is not None:
@@ -97,22 +98,24 @@ class KeyPipeline:
             self._resolve(pushed)
         self._pushed.append(pushed)
 
-    def pop(self, *, step: int, timestamp: int | None = None) -> list[LookupResult]:
+    def pop(self, *, step: int, timestamp: int | None = None, pad_to=None) -> list[LookupResult]:
         """The training lookup of the oldest pushed batch on every store, in store order, now, with
-        ``step`` and ``timestamp`` (PIPE-2); an error ends the batch at its table, as in the serial step."""
+        ``step``, ``timestamp`` and ``pad_to`` (one value, or one per store) (PIPE-2); an error ends the
+        batch at its table, as in the serial step."""
         if not self._pushed:
             raise UsageError(f"tables {self._names()}: pop: no batch was pushed")
         pushed = self._pushed.popleft()
         batches = pushed.ahead.result()
+        pad_to = _per_table(pad_to, len(self.stores))
         results = []
         for i, store in enumerate(self.stores):
             if batches is None:        # the pipeline is off: the plain lookup (PIPE-7)
                 results.append(store.lookup(pushed.keys[i], train=True, step=step, timestamp=timestamp,
-                                            pad_to=pushed.pad_to[i], counts=pushed.counts[i]))
+                                            pad_to=pad_to[i], counts=pushed.counts[i]))
             elif isinstance(batches[i], BaseException):
                 raise batches[i]
             else:
-                results.append(store.gather(batches[i], step=step, timestamp=timestamp))
+                results.append(store.gather(batches[i], step=step, timestamp=timestamp, pad_to=pad_to[i]))
         return results
 
     def close(self) -> None:
@@ -139,7 +142,7 @@ class KeyPipeline:
         batches = []
         for i, store in enumerate(self.stores):
             try:
-                batches.append(store.resolve_ahead(pushed.keys[i], pad_to=pushed.pad_to[i], counts=pushed.counts[i]))
+                batches.append(store.resolve_ahead(pushed.keys[i], counts=pushed.counts[i]))
             except Exception as error:     # noqa: BLE001 -- raised by pop, where the serial lookup would raise
                 batches.append(error)
         pushed.ahead.set_result(batches)

@@ -73,7 +73,7 @@ class PipelineComparison(RuleBasedStateMachine):
     def push(self, keys, extra):
         """A coming batch, resolved ahead now (PIPE-1): nothing to compare but that nothing changed."""
         pad_to = None if extra is None else len(keys) + extra
-        self.pipeline.push([keys], pad_to=pad_to)
+        self.pipeline.push([keys])
         self.waiting.append((keys, pad_to))
 
     @precondition(lambda self: self.waiting)
@@ -83,7 +83,7 @@ class PipelineComparison(RuleBasedStateMachine):
         keys, pad_to = self.waiting.popleft()
         self.step += advance
         try:
-            piped, error = self.pipeline.pop(step=self.step)[0], None
+            piped, error = self.pipeline.pop(step=self.step, pad_to=pad_to)[0], None
         except MxrecError as raised:     # a key out of range, a table too small: the serial lookup's error too
             piped, error = None, (type(raised), str(raised))
         serial, serial_error = call_capturing(self.serial, "lookup", keys, step=self.step, pad_to=pad_to)
@@ -163,15 +163,15 @@ def test_pipe_1_a_resolve_ahead_changes_nothing_and_checks_the_keys_first(backen
     store.apply_gradients(store.lookup(np.array([1, 1, 2]), step=0), np.ones((2, DIM), np.float32), step=0)
     store.save(tmp_path / "before")
     before = snapshot(store)
-    batch = store.resolve_ahead(np.array([[1, 2, 3], [3, 4, -1]]), pad_to=8, counts=np.ones((2, 3), np.int64))
+    batch = store.resolve_ahead(np.array([[1, 2, 3], [3, 4, -1]]), counts=np.ones((2, 3), np.int64))
     assert_unchanged(store, before)
     store.save(tmp_path / "after")
     assert _files(tmp_path / "before") == _files(tmp_path / "after")
     assert isinstance(batch.prepared, Prepared) and batch.table == "t"
     with pytest.raises(MxrecError, match=r"table 't': keys: "):
         store.resolve_ahead(np.array([1.5]))
-    with pytest.raises(MxrecError, match=r"table 't': pad_to: "):
-        store.resolve_ahead(np.array([1]), pad_to=-2)
+    with pytest.raises(MxrecError, match=r"table 't': counts: "):
+        store.resolve_ahead(np.array([1]), counts=np.array([-1]))
     assert_unchanged(store, before)
 
 
@@ -180,11 +180,11 @@ def test_pipe_2_gather_is_the_lookup_at_that_point(backend):
     made at gather time on a twin store; an error (the table is full) is the lookup's, nothing changed."""
     store, twin = _store(backend, access_threshold=2, device_vocabulary_size=3), \
         _store(backend, access_threshold=2, device_vocabulary_size=3)
-    ahead = store.resolve_ahead(np.array([2, 1, 5, 2]), pad_to=6)
+    ahead = store.resolve_ahead(np.array([2, 1, 5, 2]))
     for one in (store, twin):
         result = one.lookup(np.array([1, 1, 2]), step=0)            # 1 admitted; 2 pending
         one.apply_gradients(result, np.ones((2, DIM), np.float32), step=0)
-    assert_same_result(store.gather(ahead, step=1), twin.lookup(np.array([2, 1, 5, 2]), step=1, pad_to=6))
+    assert_same_result(store.gather(ahead, step=1, pad_to=6), twin.lookup(np.array([2, 1, 5, 2]), step=1, pad_to=6))
     assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
     full = store.resolve_ahead(np.array([7, 7, 8, 8]))
     before = snapshot(store)

@@ -46,21 +46,21 @@ class RefEngine(InMemoryEngine, TierMoves):
         return self.resolve_deduped(self.dedup(keys, counts), keys, shape, train=train, step=step,
                                     timestamp=timestamp, pad_to=pad_to, counts=counts)
 
-    def prepare(self, keys, shape, *, pad_to, counts) -> Prepared:
+    def prepare(self, keys, shape, *, counts) -> Prepared:
         """PIPE-1: the dedup and the initial rows of the keys a lookup now would admit; reads the
         history (a probe), changes nothing.  ``commit`` works out counts and admission again."""
         deduped = self.dedup(keys, counts)
         unique, _, occurrences = deduped
         admit = admission.plan_train(self.table, unique, occurrences, self.effective_coefficient(),
                                      self.admit_threshold()).admit
-        return Prepared(keys, shape, pad_to, counts, deduped, admit,
+        return Prepared(keys, shape, counts, deduped, admit,
                         initial_rows(self.config, unique[admit]) if len(admit) else None)
 
-    def commit(self, prepared, *, step, timestamp) -> Resolved:
-        if prepared.deduped is None:
-            return super().commit(prepared, step=step, timestamp=timestamp)
+    def commit(self, prepared, *, step, timestamp, pad_to) -> Resolved:
+        if not prepared.done_ahead:
+            return super().commit(prepared, step=step, timestamp=timestamp, pad_to=pad_to)
         return self.resolve_deduped(prepared.deduped, prepared.keys, prepared.shape, train=True, step=step,
-                                    timestamp=timestamp, pad_to=prepared.pad_to, counts=prepared.counts,
+                                    timestamp=timestamp, pad_to=pad_to, counts=prepared.counts,
                                     prepared=prepared)                            # PIPE-2
 
     def dedup(self, keys, counts):
