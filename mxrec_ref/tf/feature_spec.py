@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from .config_initializer import ConfigInitializer, log_ignored_environment, log_once
 from .constants import MAX_INT32
+from .key_pipeline import in_input_pipeline
 from .keys import int64_keys
 
 MERGED_IDS_KEY = "__mxrec_ids__/{table}"
@@ -162,8 +163,8 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
             if missing:
                 raise KeyError(f"table {table!r}: index_key: batch has no feature {missing} "
                                f"(features: {sorted(map(str, batch))})")
-            batch[MERGED_IDS_KEY.format(table=table)] = tf.concat(
-                [tf.reshape(int64_keys(table, batch[s.index_key]), [-1]) for s in group], axis=0)   # LKP-7
+            merged = tf.concat([tf.reshape(int64_keys(table, batch[s.index_key]), [-1]) for s in group], axis=0)  # LKP-7
+            batch[MERGED_IDS_KEY.format(table=table)] = in_input_pipeline(table, merged) if is_training else merged
         if timestamps:
             stamp = batch[timestamps[0].index_key]
             if stamp.shape.rank not in (0, None):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tensorflow as tf
 
+from .key_pipeline import in_input_pipeline
 from .keys import int64_keys
 from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_CUTTING_POINT_INITIALIZER, ASCEND_SPARSE_LOOKUP_ENTRANCE
@@ -164,7 +165,8 @@ def _rewrite(graph, get_next, records, instance) -> None:
         raw = [flat[r.ids.value_index] if r.ids.op is get_next else moved[r.ids.ref()] for r in records]
         ids = [tf.reshape(int64_keys(r.table.table_name, t), [-1]) for r, t in zip(records, raw)]   # LKP-7
         position = {id(r): i for i, r in enumerate(records)}
-        merged = tuple(tf.concat([ids[position[id(r)]] for r in groups[k].records], axis=0) for k in order)
+        merged = tuple(_ahead_if_training(k, tf.concat([ids[position[id(r)]] for r in groups[k].records], axis=0))
+                       for k in order)
         sizes = tuple(tf.stack([tf.size(ids[position[id(r)]], out_type=tf.int64) for r in groups[k].records])
                       for k in order)
         return element, tuple(ids), merged, sizes
@@ -189,6 +191,12 @@ def _rewrite(graph, get_next, records, instance) -> None:
     for is_train in {r.is_train for r in records}:
         instance.train_params_config.set_initializer(is_train, initializer)
         instance.train_params_config.set_target_batch(is_train, element)
+
+
+def _ahead_if_training(group_key, merged):
+    """A training group's merged ids are resolved ahead in the input pipeline (PIPE-8)."""
+    table_name, is_train = group_key
+    return in_input_pipeline(table_name, merged) if is_train else merged
 
 
 def _ids_subgraph(get_next, ids_tensors):

@@ -27,6 +27,7 @@ from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
 from .feature_spec import bind_waiting_specs
 from .graph_state import existing_state, graph_state
+from .key_pipeline import AheadQueue
 from .lookup_limit import count_lookup, lookups_in_graph
 
 NO_RESULT = -1      # the result token of a lookup whose result is not kept (evaluation, or merged segments)
@@ -61,6 +62,7 @@ class SparseTable:
         self.all2all_gradients_op = "sum_gradients"   # create_table sets it; it matters on several ranks (SHARD-5)
         self._store_lock = threading.Lock()
         self._kept = KeptResults()      # training lookup results awaiting their applies (TF-18)
+        self.ahead = AheadQueue()       # training batches the input pipeline resolved ahead (PIPE-8)
         self.train_lookups_run = 0      # the step of a training lookup when the graph has no global step
         self.last_train_step = 0
         self.config = TableConfig(**self._config_args)   # validates now, not at first run
@@ -178,9 +180,14 @@ class SparseTable:
             fatal.note(error)
             raise error
         try:
-            result = self.store.lookup(ids, train=is_train, step=step if is_train else None,
-                                       timestamp=int(timestamp) if timestamp is not None and is_train else None,
-                                       pad_to=pad_to)
+            ahead = self.ahead.take(np.asarray(ids)) if is_train else None
+            if ahead is not None:       # its key work was done in the input pipeline (PIPE-8)
+                result = self.store.gather(ahead, step=step, pad_to=pad_to,
+                                           timestamp=int(timestamp) if timestamp is not None else None)
+            else:
+                result = self.store.lookup(ids, train=is_train, step=step if is_train else None,
+                                           timestamp=int(timestamp) if timestamp is not None and is_train else None,
+                                           pad_to=pad_to)
         except MxrecError as error:
             fatal.note(error)
             raise
