@@ -1,21 +1,23 @@
 """Training throughput of issue 16's 26-table model (bench/criteo26.py): mxrec-ref's TF layer
 (TF1 graph, FeatureSpec, dynamic expansion, fast backend) vs the same model on static
-``tf.Variable`` tables of the final sizes over pre-indexed ids, in one process.
+``tf.Variable`` tables of the final sizes over pre-indexed ids, in one process; and the dynamic model
+with the key pipeline (spec/pipeline.md) on -- the default -- against off (issue 32).
 
-The two run in interleaved rounds on the same key stream: after WARM_STEPS steps each, round k
-of both covers the same STEPS_PER_ROUND batches, the order within a round alternating, so load
-drift on a shared machine hits both alike. The 26 dynamic tables grow from empty to ~580k keys
-over the WARM_STEPS + ROUNDS * STEPS_PER_ROUND = 64 steps (the model's definition: both profiles
-run the same stream, ~25 s on an idle 2-core machine).
+The three run in interleaved rounds (the order rotating) on one key stream: after WARM_STEPS steps
+each, every round covers STEPS_PER_ROUND batches; the two dynamic variants are one graph whose rounds
+switch ``MXREC_KEY_PIPELINE`` (read for every batch), so they go on through the stream, twice as far
+as the static model's (WARM_STEPS + 2 * ROUNDS * STEPS_PER_ROUND = 124 steps; the 26 dynamic tables
+grow from empty to about a million keys; ~40 s on an idle 2-core machine).
 
 pytest-benchmark times one function per test, so the rounds are timed here, in the module's
 fixture, and each variant's test hands its measured round times to pytest-benchmark through a
-timer that replays them (``_Replay``): the JSON then holds both variants' rounds, and
+timer that replays them (``_Replay``): the JSON then holds every variant's rounds, and
 ``mxrec_ref.benchmarks.ratios`` makes the ratio from them like every other (static min time over
 dynamic min time = dynamic examples/s over static examples/s; above 1 means mxrec-ref is faster).
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -24,11 +26,14 @@ import tensorflow as tf
 
 import criteo26
 from mxrec_ref import data as datasets
+from mxrec_ref.pipeline import SWITCH
 
 WARM_STEPS = 4
 ROUNDS = 6
 STEPS_PER_ROUND = 10
 GROUP = "training, 26-table model: dynamic / static examples per second"
+PIPELINE_GROUP = "training, 26-table model: key pipeline on / off examples per second"
+OFF = "dynamic, pipeline off"      # the same dynamic graph with MXREC_KEY_PIPELINE=0 for its rounds
 
 
 class _Replay:
@@ -51,7 +56,8 @@ def interleaved():
     import mxrec_ref.tf as mx
 
     assert criteo26.CARDINALITIES == datasets.CRITEO_CARDINALITIES
-    stream = criteo26.make_stream(WARM_STEPS + ROUNDS * STEPS_PER_ROUND)
+    # the dynamic graph runs the rounds of both pipeline settings, one stream: twice the steps
+    stream = criteo26.make_stream(WARM_STEPS + 2 * ROUNDS * STEPS_PER_ROUND)
     sessions = {}
     static_graph = tf.Graph()
     with static_graph.as_default():
@@ -69,17 +75,26 @@ def interleaved():
     tables = list(mx.ConfigInitializer.get_instance().tables.values())
 
     def run(variant, steps):
-        session, train_op = sessions[variant]
-        start = time.perf_counter()
-        for _ in range(steps):
-            session.run(train_op)
-        return time.perf_counter() - start
+        session, train_op = sessions["dynamic" if variant == OFF else variant]
+        previous = os.environ.get(SWITCH)
+        os.environ[SWITCH] = "0" if variant == OFF else "1"     # read for every batch (PIPE-7)
+        try:
+            start = time.perf_counter()
+            for _ in range(steps):
+                session.run(train_op)
+            return time.perf_counter() - start
+        finally:
+            if previous is None:
+                del os.environ[SWITCH]
+            else:
+                os.environ[SWITCH] = previous
 
     for variant in sessions:                       # tracing, first admissions (tables from empty)
         run(variant, WARM_STEPS)
-    times = {"dynamic": [], "static": []}
+    times = {"dynamic": [], OFF: [], "static": []}
+    orders = [("dynamic", OFF, "static"), ("static", "dynamic", OFF), (OFF, "static", "dynamic")]
     for k in range(ROUNDS):
-        for variant in ("dynamic", "static") if k % 2 == 0 else ("static", "dynamic"):
+        for variant in orders[k % 3]:
             times[variant].append(run(variant, STEPS_PER_ROUND))
     keys = sum(t.store.size() for t in tables)
     for session, _ in sessions.values():
@@ -101,3 +116,20 @@ def test_criteo26_training_throughput(benchmark, interleaved, variant):
         per_round_ratio_range=[float(per_round.min()), float(per_round.max())])
     benchmark._timer = _Replay(times[variant])     # pytest-benchmark's clock (module docstring)
     benchmark.pedantic(lambda: None, rounds=len(times[variant]))
+
+
+@pytest.mark.parametrize("variant", ["on", "off"])
+def test_criteo26_key_pipeline(benchmark, interleaved, variant):
+    """The dynamic model with the key pipeline on (the default) and off, rounds interleaved with the
+    static model's: on / off examples per second (issue 32)."""
+    times, keys = interleaved
+    rounds = times["dynamic" if variant == "on" else OFF]
+    per_round = np.array(times[OFF]) / np.array(times["dynamic"])
+    benchmark.extra_info.update(
+        ratio_group=PIPELINE_GROUP, role="candidate" if variant == "on" else "pipeline off (MXREC_KEY_PIPELINE=0)",
+        examples_per_round=STEPS_PER_ROUND * criteo26.BATCH,
+        examples_per_second_best=STEPS_PER_ROUND * criteo26.BATCH / min(rounds), final_keys=keys,
+        per_round_ratio_median=float(np.median(per_round)),
+        per_round_ratio_range=[float(per_round.min()), float(per_round.max())])
+    benchmark._timer = _Replay(rounds)
+    benchmark.pedantic(lambda: None, rounds=len(rounds))

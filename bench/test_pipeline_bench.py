@@ -211,19 +211,15 @@ def run_pass(mode: str, batches: list[list[np.ndarray]], prefill: list[int], wei
     else:
         pipeline = KeyPipeline(stores, worker=mode == "pipelined", enabled=True)
         try:
-            pipeline.push(batches[0], step=FIRST_STEP)
+            pipeline.push(batches[0])
             for t in range(len(batches)):
                 start = clock()
                 if t + 1 < len(batches):
-                    pipeline.push(batches[t + 1], step=FIRST_STEP + t + 1)
+                    pipeline.push(batches[t + 1])
                 pushed = clock()
-                # Profiling only: wait for batch t's resolves before pop, so pop's time is the gathers.
-                # A private read of the driver's queue; it changes no order (pop waits for it anyway).
-                future = pipeline._pushed[0].ahead
-                if future is not None:
-                    future.result()
+                pipeline.wait_next()     # profiling: pop's time is then its lookups' commits and gathers
                 waited = clock()
-                results = pipeline.pop()
+                results = pipeline.pop(step=FIRST_STEP + t)
                 gathered = clock()
                 phases["push"] += pushed - start
                 phases["wait"] += waited - pushed

@@ -24,7 +24,7 @@ def _py_plan_train(FastCore core not None, const int64_t[::1] unique, const int6
     """plan_train with the hot indexes given (from _py_hot_index_of, nothing changed since)
     instead of probed: for tests."""
     return _plan_train(core, unique, occurrences, coefficient, threshold,
-                       _hot_pointer(core, hot_index, unique.shape[0]), NULL, hot_index)
+                       _hot_pointer(core, hot_index, unique.shape[0]), NULL, hot_index, NULL)
 
 
 def plan_train(FastCore core not None, const int64_t[::1] unique, const int64_t[::1] occurrences,
@@ -37,18 +37,31 @@ def plan_train(FastCore core not None, const int64_t[::1] unique, const int64_t[
     cdef Py_ssize_t n = unique.shape[0]
     cdef int32_t[::1] h_view
     if core.hot_live == 0 or n == 0:
-        return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, NULL, None)
+        return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, NULL, None, NULL)
     hot_index = np.empty(n, dtype=np.int32)
     h_view = hot_index
-    return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, &h_view[0], hot_index)
+    return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, &h_view[0], hot_index, NULL)
+
+
+def plan_train_hinted(FastCore core not None, const int64_t[::1] unique, const int64_t[::1] occurrences,
+                      int64_t coefficient, int64_t threshold, const int64_t[::1] hints):
+    """plan_train, given ``hints``: the tags an earlier probe of the same keys found (the key
+    pipeline's prepare, PIPE-3).  A hint that is a live row still holding its key is that key's tag
+    -- one key has one row -- so only the other keys are probed: the plan is plan_train's whatever
+    the hints say.  With a hot set the keys' hot indexes are probed too: plain plan_train then."""
+    if core.hot_live or unique.shape[0] == 0 or hints.shape[0] != unique.shape[0]:
+        return plan_train(core, unique, occurrences, coefficient, threshold)
+    return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, NULL, None, &hints[0])
 
 
 cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64_t[::1] occurrences,
                            int64_t coefficient, int64_t threshold, const int32_t* hot_in, int32_t* hot_out,
-                           hot_index):
+                           hot_index, const int64_t* hints):
     """plan_train; hot keys are resolved through the hot block when
     ``hot_in`` (known hot indexes) or ``hot_out`` (probe, and write them
-    there) is given; ``hot_index`` is the array behind either, or None."""
+    there) is given; ``hot_index`` is the array behind either, or None.
+    ``hints`` (no hot set): earlier tags, kept where still a live row of
+    the key, probed otherwise (plan_train_hinted)."""
     cdef Py_ssize_t n = unique.shape[0], start = 0, stop, u, n_admit = 0, n_new = 0
     cdef int64_t count, tag
     tags = np.empty(n, dtype=np.int64)
@@ -58,7 +71,13 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
     with nogil:
         while start < n:  # in chunks, so the entries just found are still in L1
             stop = min(start + CHUNK, n)
-            if hot_in != NULL:
+            if hints != NULL:
+                for u in range(start, stop):
+                    tag = hints[u]
+                    if not (0 <= tag < core.next_row and core.row_live[tag] and core.row_entries[tag].key == unique[u]):
+                        tag = _find(core, unique[u])
+                    t_view[u] = tag
+            elif hot_in != NULL:
                 _find_many_hot(core, &unique[start], stop - start, hot_in + start, &t_view[start], NULL, True)
             elif hot_out != NULL:
                 _find_many_hot(core, &unique[start], stop - start, NULL, &t_view[start], hot_out + start, True)

@@ -118,6 +118,12 @@ class KeyPipeline:
                 results.append(store.gather(batches[i], step=step, timestamp=timestamp, pad_to=pad_to[i]))
         return results
 
+    def wait_next(self) -> None:
+        """Until the next batch to pop is resolved ahead (``pop`` waits for it anyway; this splits the
+        wait from the gathers, for profiling)."""
+        if self._pushed:
+            self._pushed[0].ahead.result()
+
     def close(self) -> None:
         """Stop the worker (the batches pushed stay poppable)."""
         if self._worker is not None:

@@ -291,3 +291,22 @@ def test_pipe_7_the_switch(monkeypatch, backend, value, expected):
         assert pipeline.enabled is expected
         pipeline.push([np.array([1, 2, 1])])
         assert_same_result(pipeline.pop(step=0)[0], twin.lookup(np.array([1, 2, 1]), step=0))
+
+
+def test_pipe_3_a_row_reused_since_the_resolve_is_not_the_keys(backend):
+    """Key 1 holds a row when its batch is resolved ahead; it is evicted and key 2 takes the freed row
+    before the gather: the probe made ahead names a row that is key 2's now, and commit must not count
+    key 1 there (the fast engine checks each hint: a live row still holding its key)."""
+    config = dict(access_threshold=1, eviction_threshold=1, device_vocabulary_size=4)
+    store, twin = _store(backend, **config), _store(backend, **config)
+    for one in (store, twin):
+        one.lookup(np.array([1, 3]), step=0)
+    ahead = store.resolve_ahead(np.array([1, 3, 1]))
+    for one in (store, twin):
+        one.lookup(np.array([3]), step=5)
+        assert one.evict().tolist() == [1]
+        one.lookup(np.array([2]), step=5)                  # takes key 1's freed row
+    if ahead.prepared.hints is not None:                   # the fast engine's probe ahead: key 1's row then
+        assert ahead.prepared.hints[0] == store.row_handles(np.array([2]))[0] >= 0
+    assert_same_result(store.gather(ahead, step=6), twin.lookup(np.array([1, 3, 1]), step=6))
+    assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()

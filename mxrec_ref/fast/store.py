@@ -62,10 +62,12 @@ class FastEngine(InMemoryEngine, TierMoves):
         history (a probe), changes nothing.  ``commit`` works out counts and admission again."""
         deduped = self.dedup(keys, counts)
         unique, _, occurrences = deduped
-        admit = admission.plan_train(self.core, unique, occurrences, self.effective_coefficient(),
-                                     self.config.admit_threshold).admit
+        plan = admission.plan_train(self.core, unique, occurrences, self.effective_coefficient(),
+                                    self.config.admit_threshold)
+        admit = plan.admit
         return Prepared(keys, shape, counts, deduped, admit,
-                        initializers.initial_rows(self.config, unique[admit]) if len(admit) else None)
+                        initializers.initial_rows(self.config, unique[admit]) if len(admit) else None,
+                        hints=plan.tags)
 
     def commit(self, prepared, *, step, timestamp, pad_to) -> Resolved:
         if not prepared.done_ahead:
@@ -115,8 +117,11 @@ class FastEngine(InMemoryEngine, TierMoves):
         the commit."""
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         core = self.core
-        plan = admission.plan_train(core, unique, occurrences, self.effective_coefficient(),
-                                    self.config.admit_threshold)
+        coefficient, threshold = self.effective_coefficient(), self.config.admit_threshold
+        if prepared is not None and prepared.hints is not None:    # the keys were probed ahead: PIPE-3
+            plan = admission.plan_train_hinted(core, unique, occurrences, coefficient, threshold, prepared.hints)
+        else:
+            plan = admission.plan_train(core, unique, occurrences, coefficient, threshold)
         admit = plan.admit
         self.reserve(len(admit))                                                  # EXP-2, EXP-3
         # The shared initializer, in first-occurrence order (INIT-1).
