@@ -28,11 +28,18 @@ logger = logging.getLogger(__name__)
 
 DEPTH = 1            # batches pushed beyond the next one to pop (PIPE-5)
 SWITCH = "MXREC_KEY_PIPELINE"
+# PIPE-7: with fewer cores the work ahead takes a core from the step's own kernels and costs more than it
+# saves (bench/README.md, "The key pipeline": 0.88-0.98x on 2 vCPUs with both busy, 1.08-1.14x with one free)
+MIN_CORES = 4
 
 
 def enabled_by_default() -> bool:
-    """PIPE-7: on unless ``MXREC_KEY_PIPELINE`` is ``0``, ``false``, ``off`` or ``no``."""
-    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+    """PIPE-7: ``MXREC_KEY_PIPELINE`` says (``0``, ``false``, ``off``, ``no``: off; anything else: on);
+    unset, on when the machine has at least MIN_CORES cores."""
+    value = os.environ.get(SWITCH)
+    if value is None or not value.strip():
+        return (os.cpu_count() or 1) >= MIN_CORES
+    return value.strip().lower() not in ("0", "false", "off", "no")
 
 
 def _per_table(value, n: int) -> list:
@@ -62,6 +69,8 @@ class KeyPipeline:
         self.depth = depth
         self.enabled = enabled_by_default() if enabled is None else bool(enabled)
         self._pushed: deque[_Pushed] = deque()
+        self._counts = [0, 0]                  # batches pushed, batches popped
+        self._turn = threading.Condition()     # the worker's gate: see _work
         self._jobs: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         if worker and self.enabled:
@@ -93,10 +102,11 @@ class KeyPipeline:
         if not self.enabled:
             pushed.ahead.set_result(None)
         elif self._jobs is not None:
-            self._jobs.put(pushed)
+            self._jobs.put((self._counts[0], pushed))
         else:
             self._resolve(pushed)
         self._pushed.append(pushed)
+        self._counts[0] += 1
 
     def pop(self, *, step: int, timestamp: int | None = None, pad_to=None) -> list[LookupResult]:
         """The training lookup of the oldest pushed batch on every store, in store order, now, with
@@ -105,8 +115,13 @@ class KeyPipeline:
         if not self._pushed:
             raise UsageError(f"tables {self._names()}: pop: no batch was pushed")
         pushed = self._pushed.popleft()
+        try:
+            return self._lookups(pushed, step, timestamp, _per_table(pad_to, len(self.stores)))
+        finally:
+            self._popped()          # an error too: the batch is done with (the worker's gate counts it)
+
+    def _lookups(self, pushed: _Pushed, step, timestamp, pad_to: list) -> list[LookupResult]:
         batches = pushed.ahead.result()
-        pad_to = _per_table(pad_to, len(self.stores))
         results = []
         for i, store in enumerate(self.stores):
             if batches is None:        # the pipeline is off: the plain lookup (PIPE-7)
@@ -118,15 +133,25 @@ class KeyPipeline:
                 results.append(store.gather(batches[i], step=step, timestamp=timestamp, pad_to=pad_to[i]))
         return results
 
+    def _popped(self) -> None:
+        with self._turn:
+            self._counts[1] += 1
+            self._turn.notify_all()
+
     def wait_next(self) -> None:
         """Until the next batch to pop is resolved ahead (``pop`` waits for it anyway; this splits the
         wait from the gathers, for profiling)."""
         if self._pushed:
             self._pushed[0].ahead.result()
 
+    _closing = False
+
     def close(self) -> None:
-        """Stop the worker (the batches pushed stay poppable)."""
+        """Stop the worker once it has resolved what was pushed (those batches stay poppable)."""
         if self._worker is not None:
+            with self._turn:
+                self._closing = True
+                self._turn.notify_all()
             self._jobs.put(None)
             self._worker.join()
             self._worker = self._jobs = None
@@ -139,7 +164,13 @@ class KeyPipeline:
 
     # ------------------------------------------------------------- worker
     def _work(self) -> None:
-        while (pushed := self._jobs.get()) is not None:
+        """Resolve the pushed batches in order, batch j once batch j - depth was popped: the work ahead
+        then runs while the caller's step computes, not while its lookups commit (the two would only
+        take turns at the stores' locks and the GIL).  Timing only: no result depends on it (PIPE-1)."""
+        while (job := self._jobs.get()) is not None:
+            index, pushed = job
+            with self._turn:
+                self._turn.wait_for(lambda: self._counts[1] >= index - self.depth + 1 or self._closing)
             self._resolve(pushed)
 
     def _resolve(self, pushed: _Pushed) -> None:

@@ -21,6 +21,7 @@ from ..pipeline import enabled_by_default
 from .config_initializer import ConfigInitializer
 
 QUEUED = 8     # batches resolved ahead kept per table; tf.data's prefetch buffers bound how many wait
+TURN_WAIT_S = 0.5   # how long a resolve ahead waits for the step to take the table's previous batch
 
 
 class AheadQueue:
@@ -28,9 +29,17 @@ class AheadQueue:
 
     def __init__(self, limit: int = QUEUED):
         self._batches: collections.deque = collections.deque()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._limit = limit
         self.taken = 0       # batches lookups took: how often the pipeline did a step's key work ahead
+
+    def wait_turn(self, timeout: float = TURN_WAIT_S) -> None:
+        """Until the step took every batch queued before (or ``timeout`` passed: a batch no lookup
+        takes must not stall the input pipeline): tf.data runs the map of batch t+1 as soon as batch t
+        leaves it, while step t's lookups still commit; resolving then would only make the two take
+        turns at the store's lock and the GIL.  Timing only: no result depends on it (PIPE-1)."""
+        with self._lock:
+            self._lock.wait_for(lambda: not self._batches, timeout)
 
     def put(self, batch) -> None:
         with self._lock:
@@ -48,6 +57,7 @@ class AheadQueue:
                     for _ in range(index + 1):
                         self._batches.popleft()
                     self.taken += 1
+                    self._lock.notify_all()
                     return batch
         return None
 
@@ -57,6 +67,7 @@ def _resolve_ahead(table_name: str):
         table = ConfigInitializer.get_instance().tables.get(table_name)
         store = table.opened_store if table is not None else None
         if store is not None and enabled_by_default():     # read per batch: the switch applies at once
+            table.ahead.wait_turn()
             table.ahead.put(store.resolve_ahead(ids))          # PIPE-1: changes nothing a store shows
         return ids
     return run

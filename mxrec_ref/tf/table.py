@@ -27,7 +27,6 @@ from .config_initializer import ConfigInitializer, log_once
 from .constants import ASCEND_GLOBAL_HASHTABLE_COLLECTION
 from .feature_spec import bind_waiting_specs
 from .graph_state import existing_state, graph_state
-from ..pipeline import enabled_by_default as pipeline_on
 from .key_pipeline import AheadQueue
 from .lookup_limit import count_lookup, lookups_in_graph
 
@@ -181,7 +180,7 @@ class SparseTable:
             fatal.note(error)
             raise error
         try:
-            ahead = self.ahead.take(np.asarray(ids)) if is_train and pipeline_on() else None
+            ahead = self.ahead.take(np.asarray(ids)) if is_train else None   # queued while the switch was on
             if ahead is not None:       # its key work was done in the input pipeline (PIPE-8)
                 result = self.store.gather(ahead, step=step, pad_to=pad_to,
                                            timestamp=int(timestamp) if timestamp is not None else None)
