@@ -203,11 +203,15 @@ EVERY_RATIO = {
     # issue 33 item 5: a serving delta against the full export and the full load (bench/test_serving_bench.py)
     "serving delta write (1% of 10^6 rows) / full updatable export | full updatable export",
     "serving delta apply (1% of 10^6 rows) / full load | tf.saved_model.load",
+    # issue 32: the key pipeline on and off, in the 26-table TF model and in its store loop (test_pipeline_bench.py)
+    "training, 26-table model: key pipeline on / off examples per second | pipeline off (MXREC_KEY_PIPELINE=0)",
+    *(f"key pipeline, 26-table store loop, tables {size}: pipelined / serial examples per second | {versus}"
+      for size in ("empty", "1e5") for versus in ("serial", "pipelined, worker=False")),
 }
 
 
 def test_committed_baseline_has_every_ratio():
-    assert len(EVERY_RATIO) == 43
+    assert len(EVERY_RATIO) == 48
     assert set(json.loads(benchmarks.BASELINE.read_text())["ratios"]) == EVERY_RATIO
 
 
