@@ -429,6 +429,14 @@ class InMemoryEngine(InMemoryBookkeeping, Engine):
     def held_rows(self) -> int:
         return self.size()
 
+    def commit(self, prepared: Prepared, *, step: int, timestamp: int | None, pad_to: int | None) -> Resolved:
+        """PIPE-2: the training resolve of the prepared keys, from their dedup, reusing the initial rows
+        (and the fast engine's probe) made ahead; ``resolve_deduped`` is the leaf engine's."""
+        if not prepared.done_ahead:
+            return super().commit(prepared, step=step, timestamp=timestamp, pad_to=pad_to)
+        return self.resolve_deduped(prepared.deduped, prepared.keys, prepared.shape, train=True, step=step,
+                                    timestamp=timestamp, pad_to=pad_to, counts=prepared.counts, prepared=prepared)
+
     def capacity(self) -> int:
         return self.capacity_rows
 

@@ -69,13 +69,6 @@ class FastEngine(InMemoryEngine, TierMoves):
                         initializers.initial_rows(self.config, unique[admit]) if len(admit) else None,
                         hints=plan.tags)
 
-    def commit(self, prepared, *, step, timestamp, pad_to) -> Resolved:
-        if not prepared.done_ahead:
-            return super().commit(prepared, step=step, timestamp=timestamp, pad_to=pad_to)
-        return self.resolve_deduped(prepared.deduped, prepared.keys, prepared.shape, train=True, step=step,
-                                    timestamp=timestamp, pad_to=pad_to, counts=prepared.counts,
-                                    prepared=prepared)                            # PIPE-2
-
     def dedup(self, keys, counts):
         return lookup.dedup(self.core, keys, counts)                              # LKP-2
 
