@@ -69,7 +69,15 @@ def interleaved():
         if mx.is_initialized():
             mx.terminate_config_initializer()
         mx.init(backend="fast", use_dynamic_expansion=True)
-        op = criteo26.mxrec_graph(tf, mx, stream)
+        previous = os.environ.get(SWITCH)
+        os.environ[SWITCH] = "1"         # built with the pipeline: its rounds switch it per batch (PIPE-7)
+        try:
+            op = criteo26.mxrec_graph(tf, mx, stream)
+        finally:
+            if previous is None:
+                del os.environ[SWITCH]
+            else:
+                os.environ[SWITCH] = previous
         sessions["dynamic"] = (tf.compat.v1.Session(), op)
         sessions["dynamic"][0].run(tf.compat.v1.global_variables_initializer())
     tables = list(mx.ConfigInitializer.get_instance().tables.values())

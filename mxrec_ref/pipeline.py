@@ -69,7 +69,7 @@ class KeyPipeline:
         self.depth = depth
         self.enabled = enabled_by_default() if enabled is None else bool(enabled)
         self._pushed: deque[_Pushed] = deque()
-        self._counts = [0, 0]                  # batches pushed, batches popped
+        self._pushes = self._pops = 0          # batches pushed, batches popped
         self._turn = threading.Condition()     # the worker's gate: see _work
         self._jobs: queue.Queue | None = None
         self._worker: threading.Thread | None = None
@@ -102,11 +102,11 @@ class KeyPipeline:
         if not self.enabled:
             pushed.ahead.set_result(None)
         elif self._jobs is not None:
-            self._jobs.put((self._counts[0], pushed))
+            self._jobs.put((self._pushes, pushed))
         else:
             self._resolve(pushed)
         self._pushed.append(pushed)
-        self._counts[0] += 1
+        self._pushes += 1
 
     def pop(self, *, step: int, timestamp: int | None = None, pad_to=None) -> list[LookupResult]:
         """The training lookup of the oldest pushed batch on every store, in store order, now, with
@@ -135,7 +135,7 @@ class KeyPipeline:
 
     def _popped(self) -> None:
         with self._turn:
-            self._counts[1] += 1
+            self._pops += 1
             self._turn.notify_all()
 
     def wait_next(self) -> None:
@@ -170,7 +170,7 @@ class KeyPipeline:
         while (job := self._jobs.get()) is not None:
             index, pushed = job
             with self._turn:
-                self._turn.wait_for(lambda: self._counts[1] >= index - self.depth + 1 or self._closing)
+                self._turn.wait_for(lambda: self._pops >= index - self.depth + 1 or self._closing)
             self._resolve(pushed)
 
     def _resolve(self, pushed: _Pushed) -> None:

@@ -24,49 +24,33 @@ import numpy as np
 from .. import checkpoint
 from ..contract import Store
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState
-from .collective import TableCollective, attempt
-from .comm import Communicator, gather_rows, world
-from .sharded import (agreed_clock, check_apply_steps, check_lookup_headers, config_fields, local_result,
-                      routing_for, rows_to_send)
+from .collective import attempt
+from .comm import Communicator, gather_rows
+from .sharded import (BatchLookup, StoreOverRanks, agreed_clock, check_apply_steps, check_lookup_headers,
+                      local_result, rows_to_send)
 
 # statistics a replica counts over every rank's batch (SHARD-17)
 _TABLE_POSITIONS = ("key_positions", "padding_positions", "default_positions", "grad_rows_dropped")
 
 
 @dataclasses.dataclass
-class ReplicatedLookup:
+class ReplicatedLookup(BatchLookup):
     """One replicated lookup on its way through route -> exchange -> compute -> answer."""
 
-    keys: np.ndarray              # this rank's batch, flat
-    shape: tuple
-    train: bool
-    step: int | None              # this rank's, then the agreed one (exchange)
-    timestamp: int | None         # this rank's, then the largest of the ranks' (exchange)
-    pad_to: int | None
-    counts: np.ndarray | None
-    unique: np.ndarray            # the batch's distinct keys, first occurrence first (LKP-2)
-    inverse: np.ndarray
     real: np.ndarray              # indexes into unique of the keys that travel (no padding, SHARD-2)
     mine: np.ndarray              # [key, occurrences, positions] of those keys
     sizes: np.ndarray | None = None   # every rank's number of travelling keys (exchange)
     padding: int = 0                  # padding positions over every rank's batch (exchange)
 
 
-class ReplicatedStore(Store):
+class ReplicatedStore(StoreOverRanks):
     """One rank's replica of a data-parallel table (SHARD-16).  Like every table on several ranks its
     public calls are collective (SHARD-8), and a call that fails on one rank fails on every rank."""
 
     backend_name = "replicated"
 
     def __init__(self, local: Store, comm: Communicator | None = None, *, divide_gradients: bool = False):
-        super().__init__(local.config, local.optimizer)
-        self.local = local
-        self.comm = world() if comm is None else comm
-        self.rank, self.rank_size = self.comm.rank, self.comm.size
-        self.tiered = local.tiered
-        self.divide_gradients = bool(divide_gradients)   # all2all_gradients_op="sum_gradients_and_div_by_ranksize"
-        self.collective = TableCollective(self.comm, self.name, lambda: config_fields(self))
-        self.routing = routing_for(local)
+        super().__init__(local, comm, divide_gradients)
         self._positions = {name: 0 for name in _TABLE_POSITIONS}    # the whole batch's, every rank (SHARD-17)
 
     # -------------------------------------------------------------- lookup
@@ -180,15 +164,6 @@ class ReplicatedStore(Store):
             else:
                 stats[name] = self._positions[name]
         return stats
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            stats = self._stats()
-        return {name: int(stats.get(name, 0)) for name in STAT_NAMES}
-
-    def set_threshold(self, threshold: int) -> None:
-        super().set_threshold(threshold)
-        self.local.set_threshold(threshold)
 
     def _row_handles(self, keys):
         return self.local.row_handles(keys)

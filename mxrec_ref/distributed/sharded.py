@@ -165,8 +165,8 @@ def agreed_clock(collective: TableCollective, local: Store) -> tuple[int | None,
 
 # ------------------------------------------------------------------ one call's record
 @dataclasses.dataclass
-class ShardedLookup:
-    """One sharded lookup on its way through route -> exchange -> compute -> answer."""
+class BatchLookup:
+    """What every lookup on several ranks records of its batch (the sharded and the replicated one)."""
 
     keys: np.ndarray              # this rank's batch, flat
     shape: tuple
@@ -177,6 +177,12 @@ class ShardedLookup:
     counts: np.ndarray | None
     unique: np.ndarray            # the batch's distinct keys, first occurrence first (LKP-2)
     inverse: np.ndarray
+
+
+@dataclasses.dataclass
+class ShardedLookup(BatchLookup):
+    """One sharded lookup on its way through route -> exchange -> compute -> answer."""
+
     occurrences: np.ndarray
     is_hot: np.ndarray            # which distinct keys the hot replica answers (SHARD-20)
     outgoing: np.ndarray          # indexes into unique sent to the owners, grouped by owner
@@ -199,13 +205,11 @@ class ShardedApply:
     send_counts: np.ndarray
 
 
-class ShardedStore(Store):
-    """One rank's handle on a table sharded over ``comm``'s ranks (spec/sharding.md)."""
+class StoreOverRanks(Store):
+    """A table on several ranks over this rank's ``local`` store (the sharded and the replicated one):
+    the communicator, the table's collective (SHARD-12, SHARD-22) and the routing twin of the local backend."""
 
-    backend_name = "sharded"
-
-    def __init__(self, local: Store, comm: Communicator | None = None, *, divide_gradients: bool = False,
-                 hot_rows: int = 0, hot_update_step: int | None = None):
+    def __init__(self, local: Store, comm: Communicator | None, divide_gradients: bool):
         super().__init__(local.config, local.optimizer)
         self.local = local
         self.comm = world() if comm is None else comm
@@ -214,6 +218,26 @@ class ShardedStore(Store):
         self.divide_gradients = bool(divide_gradients)   # all2all_gradients_op="sum_gradients_and_div_by_ranksize"
         self.collective = TableCollective(self.comm, self.name, lambda: config_fields(self))
         self.routing = routing_for(local)
+
+    def stats(self) -> dict[str, int]:
+        """The statistics ``_stats`` works out (the subclass's, SHARD-6, SHARD-17), as ``Store.stats`` gives them."""
+        with self._lock:
+            stats = self._stats()
+        return {name: int(stats.get(name, 0)) for name in STAT_NAMES}
+
+    def set_threshold(self, threshold: int) -> None:
+        super().set_threshold(threshold)
+        self.local.set_threshold(threshold)
+
+
+class ShardedStore(StoreOverRanks):
+    """One rank's handle on a table sharded over ``comm``'s ranks (spec/sharding.md)."""
+
+    backend_name = "sharded"
+
+    def __init__(self, local: Store, comm: Communicator | None = None, *, divide_gradients: bool = False,
+                 hot_rows: int = 0, hot_update_step: int | None = None):
+        super().__init__(local, comm, divide_gradients)
         self._positions = {name: 0 for name in _WRAPPER_COUNTERS}
         self._owner_stats = [local.stats()] * self.rank_size
         self._sync_positions = {name: 0 for name in _WRAPPER_COUNTERS}
@@ -419,15 +443,6 @@ class ShardedStore(Store):
             stats["hot_rows"], stats["hot_refreshes"] = len(self._hot.keys), self._hot.refreshes
             stats["hot_hit_positions"] = self._sync_positions["hot_hit_positions"]
         return stats
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            stats = self._stats()
-        return {name: int(stats.get(name, 0)) for name in STAT_NAMES}
-
-    def set_threshold(self, threshold: int) -> None:
-        super().set_threshold(threshold)
-        self.local.set_threshold(threshold)
 
     def _row_handles(self, keys):
         """Rows of the keys this rank owns in its own store; -1 for the others' (not collective)."""

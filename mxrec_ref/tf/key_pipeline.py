@@ -75,7 +75,10 @@ def _resolve_ahead(table_name: str):
 
 def in_input_pipeline(table_name: str, merged: tf.Tensor) -> tf.Tensor:
     """``merged`` (a table's merged int64 training ids, inside a dataset.map function), resolved ahead
-    on the way while the key pipeline is on (PIPE-7, PIPE-8; the switch is read for every batch)."""
+    on the way while the key pipeline is on (PIPE-7, PIPE-8).  A graph built with it off gets no op (its
+    batches pay nothing); one built with it on reads the switch for every batch."""
+    if not enabled_by_default():
+        return merged
     ids = tf.numpy_function(_resolve_ahead(table_name), [merged], tf.int64, stateful=True,
                             name=f"{table_name}_resolve_ahead")
     ids.set_shape(merged.shape)
