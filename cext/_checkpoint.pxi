@@ -85,6 +85,7 @@ def load_rows(FastCore core not None, Py_ssize_t capacity, values, slot_arrays):
                 fast_buffer_populate(target, n_bytes)
                 memcpy(target, &source[0, 0], n_bytes)
     core.next_row = n
+    core.populated_to = max(core.populated_to, n)
 
 
 def load_entries(FastCore core not None, const int64_t[::1] keys, const int64_t[::1] counts,

@@ -182,7 +182,7 @@ cdef class FastCore:
         self.slot_mask = MIN_SLOTS - 1
         self.n_pending = self.pending_capacity = self.pending_high = 0
         self.n_free = self.free_high = self.next_row = self.n_admitted = 0
-        self.row_capacity = 0
+        self.row_capacity = self.populated_to = 0
 
     @property
     def size(self):

@@ -103,6 +103,7 @@ cdef class FastCore:
     cdef Py_ssize_t n_free
     cdef Py_ssize_t free_high
     cdef Py_ssize_t next_row            # rows [0, next_row) have been handed out once
+    cdef Py_ssize_t populated_to        # rows [0, populated_to) have their pages faulted in (a hint only)
     cdef Py_ssize_t n_admitted
     # --- per-call dedup scratch table (reused between calls)
     cdef Buffer scratch_buffer

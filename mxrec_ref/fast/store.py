@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fast import FastCore, HostHeap
+from .._fast import FastCore, HostHeap, prefault_rows
 from ..config import TableConfig
 from ..contract import Store, checked_table
 from ..engine import (InMemoryEngine, Prepared, Resolved, TierMoves, check_send_count, eviction_cutoff,
@@ -65,6 +65,7 @@ class FastEngine(InMemoryEngine, TierMoves):
         plan = admission.plan_train(self.core, unique, occurrences, self.effective_coefficient(),
                                     self.config.admit_threshold)
         admit = plan.admit
+        prefault_rows(self.core, len(admit))       # memory only: the rows' pages, faulted in ahead
         return Prepared(keys, shape, counts, deduped, admit,
                         initializers.initial_rows(self.config, unique[admit]) if len(admit) else None,
                         hints=plan.tags)
