@@ -44,18 +44,23 @@ def plan_train(FastCore core not None, const int64_t[::1] unique, const int64_t[
 
 
 def plan_train_hinted(FastCore core not None, const int64_t[::1] unique, const int64_t[::1] occurrences,
-                      int64_t coefficient, int64_t threshold, const int64_t[::1] hints):
+                      int64_t coefficient, int64_t threshold, const int64_t[::1] hints, hot_hints=None,
+                      int64_t hot_epoch=-1):
     """plan_train, given ``hints``: the tags an earlier probe of the same keys found (the key
     pipeline's prepare, PIPE-3).  A hint that is a live row still holding its key is that key's tag
     -- one key has one row -- so only the other keys are probed: the plan is plan_train's whatever
-    the hints say.  With a hot set each key's hot index is probed as plan_train probes it (the hot
-    map is small): a hot key's row is its hot row, the others take their hints."""
+    the hints say (a hot key's hint is its row as well).  With a hot set each key's hot index is
+    ``hot_hints`` (int32, that probe's) when the hot map has not changed since (``hot_epoch`` is the
+    core's), else probed here (the hot map is small)."""
     cdef Py_ssize_t n = unique.shape[0]
     cdef int32_t[::1] h_view
     if n == 0 or hints.shape[0] != n:
         return plan_train(core, unique, occurrences, coefficient, threshold)
     if core.hot_live == 0:
         return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, NULL, None, &hints[0])
+    if hot_hints is not None and hot_epoch == core.hot_epoch and len(hot_hints) == n:
+        return _plan_train(core, unique, occurrences, coefficient, threshold,
+                           _hot_pointer(core, hot_hints, n), NULL, hot_hints, &hints[0])
     hot_index = np.empty(n, dtype=np.int32)
     h_view = hot_index
     return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, &h_view[0], hot_index, &hints[0])
@@ -68,8 +73,8 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
     ``hot_in`` (known hot indexes) or ``hot_out`` (probe, and write them
     there) is given; ``hot_index`` is the array behind either, or None.
     ``hints``: earlier tags, kept where still a live row of the key, probed
-    otherwise (plan_train_hinted); with ``hot_out`` the hot keys' tags are
-    their hot rows, as _find_many_hot finds them."""
+    otherwise (plan_train_hinted); the hot indexes then come from ``hot_in``
+    or are probed into ``hot_out``, as without hints."""
     cdef Py_ssize_t n = unique.shape[0], start = 0, stop, u, n_admit = 0, n_new = 0
     cdef int64_t count, tag
     tags = np.empty(n, dtype=np.int64)
@@ -80,18 +85,14 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
         while start < n:  # in chunks, so the entries just found are still in L1
             stop = min(start + CHUNK, n)
             if hints != NULL:
-                if hot_out != NULL:
+                if hot_out != NULL:    # the hot indexes (a hot key's hint is its row too: one key, one row)
                     _hot_find_many(core, &unique[start], stop - start, hot_out + start)
                 for u in range(start, stop):
                     if u + AHEAD < stop and 0 <= hints[u + AHEAD] < core.next_row:
                         fast_prefetch(&core.row_entries[hints[u + AHEAD]])
-                    if hot_out != NULL and hot_out[u] != EMPTY:
-                        tag = core.hot_row[hot_out[u]]     # a hot key always holds its row
-                    else:
-                        tag = hints[u]
-                        if not (0 <= tag < core.next_row and core.row_live[tag]
-                                and core.row_entries[tag].key == unique[u]):
-                            tag = _find(core, unique[u])
+                    tag = hints[u]
+                    if not (0 <= tag < core.next_row and core.row_live[tag] and core.row_entries[tag].key == unique[u]):
+                        tag = _find(core, unique[u])
                     t_view[u] = tag
             elif hot_in != NULL:
                 _find_many_hot(core, &unique[start], stop - start, hot_in + start, &t_view[start], NULL, True)

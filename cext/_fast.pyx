@@ -222,6 +222,12 @@ cdef class FastCore:
         }
 
     @property
+    def hot_epoch(self):
+        """Changes whenever the hot map does (set_hot, a hot key losing its row, clear): hot indexes
+        probed while it had one value are valid while it keeps it (the key pipeline's hints)."""
+        return self.hot_epoch
+
+    @property
     def hot_size(self):
         """Keys in the hot set now (HOT-4)."""
         return self.hot_live

@@ -125,6 +125,7 @@ cdef class FastCore:
     cdef uint64_t hot_mask              # buckets - 1
     cdef Py_ssize_t hot_count           # K: entries of the block since the last set_hot
     cdef Py_ssize_t hot_live            # keys in the hot set now (K minus those that lost their row)
+    cdef int64_t hot_epoch              # changes whenever the hot map does: hot indexes probed under one stay valid
     cdef Buffer hot_key_buffer
     cdef int64_t* hot_keys_of           # [K] the key of hot index h (kept after it leaves the set)
     cdef Buffer hot_row_buffer

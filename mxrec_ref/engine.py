@@ -158,7 +158,7 @@ class Prepared:
     deduped: tuple | None = None
     init_at: np.ndarray | None = None
     init_rows: np.ndarray | None = None
-    hints: np.ndarray | None = None      # the engine's probe of the keys then: commit checks before use
+    hints: tuple | None = None           # the engine's probe of the keys then (its own form): commit checks before use
 
     @property
     def done_ahead(self) -> bool:
