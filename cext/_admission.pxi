@@ -17,6 +17,7 @@ cdef class TrainPlan:
     cdef readonly Py_ssize_t n_new     # keys new to the history
     cdef readonly object hot_index     # int32 [n] each key's hot index, or None without a hot set
     cdef bint committed
+    cdef int64_t entries_epoch, hot_epoch, coefficient, threshold   # what the plan read (plan_train_again)
 
 
 def _py_plan_train(FastCore core not None, const int64_t[::1] unique, const int64_t[::1] occurrences,
@@ -122,7 +123,24 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
     plan.n_new = n_new
     plan.hot_index = hot_index
     plan.committed = False
+    plan.entries_epoch, plan.hot_epoch = core.entries_epoch, core.hot_epoch
+    plan.coefficient, plan.threshold = coefficient, threshold
     return plan
+
+
+def plan_train_again(FastCore core not None, TrainPlan earlier not None, const int64_t[::1] unique,
+                     const int64_t[::1] occurrences, int64_t coefficient, int64_t threshold):
+    """The plan of a training lookup of the keys ``earlier`` planned (the key pipeline's prepare,
+    PIPE-3; ``unique`` and ``occurrences`` are the ones it planned): ``earlier`` itself while nothing it
+    read has changed -- the core's history (its entries epoch) and hot map (hot epoch), the
+    coefficient and the threshold -- so the step reads no entry; else planned again with its tags and
+    hot indexes as hints (plan_train_hinted)."""
+    if (earlier.core is core and not earlier.committed and earlier.entries_epoch == core.entries_epoch
+            and earlier.hot_epoch == core.hot_epoch and earlier.coefficient == coefficient
+            and earlier.threshold == threshold and len(earlier.unique) == unique.shape[0]):
+        return earlier
+    return plan_train_hinted(core, unique, occurrences, coefficient, threshold, earlier.tags, earlier.hot_index,
+                             earlier.hot_epoch)
 
 
 def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock, init_rows, Py_ssize_t capacity,
@@ -137,6 +155,7 @@ def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock,
     gather_rows reads the rows by those handles, and resolve_rows may reuse them."""
     if plan.core is not core or plan.committed:
         raise ValueError("commit_train: the plan belongs to another core or was committed already")
+    core.entries_epoch += 1
     cdef const int64_t[::1] unique = plan.unique
     cdef const int64_t[::1] tags = plan.tags
     cdef const int64_t[::1] new_counts = plan.new_counts

@@ -183,6 +183,7 @@ cdef class FastCore:
         self.n_pending = self.pending_capacity = self.pending_high = 0
         self.n_free = self.free_high = self.next_row = self.n_admitted = 0
         self.row_capacity = self.populated_to = 0
+        self.entries_epoch += 1
 
     @property
     def size(self):

@@ -105,6 +105,8 @@ cdef class FastCore:
     cdef Py_ssize_t next_row            # rows [0, next_row) have been handed out once
     cdef Py_ssize_t populated_to        # rows [0, populated_to) have their pages faulted in (a hint only)
     cdef Py_ssize_t n_admitted
+    cdef int64_t entries_epoch          # changes with every call that changes the history (keys, counts,
+                                        # last-seen, rows held): a plan made under one value holds while it does
     # --- per-call dedup scratch table (reused between calls)
     cdef Buffer scratch_buffer
     # --- per-row storage, [row_capacity] each: entries, in-use flags, values, optimizer slots

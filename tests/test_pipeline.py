@@ -310,8 +310,7 @@ def test_pipe_3_a_row_reused_since_the_resolve_is_not_the_keys(backend):
         assert one.evict().tolist() == [1]
         one.lookup(np.array([2]), step=5)                  # takes key 1's freed row
     if ahead.prepared.hints is not None:                   # the fast engine's probe ahead: key 1's row then
-        tags, _, _ = ahead.prepared.hints                  # (tags, hot indexes, hot epoch)
-        assert tags[0] == store.row_handles(np.array([2]))[0] >= 0
+        assert ahead.prepared.hints.tags[0] == store.row_handles(np.array([2]))[0] >= 0
     assert_same_result(store.gather(ahead, step=6), twin.lookup(np.array([1, 3, 1]), step=6))
     assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
 
