@@ -332,3 +332,29 @@ def test_pipe_3_a_hot_set_chosen_again_since_the_resolve(backend, monkeypatch):
             one.lookup(np.array([3, 3, 3, 4, 4, 4]), step=step)
     assert_same_result(store.gather(ahead, step=3), twin.lookup(np.array([1, 2, 3, 4, 5]), step=3))
     assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
+
+
+@pytest.mark.parametrize("between", ["evict", "load", "warm_start"])
+def test_pipe_3_the_history_changed_by_a_call_that_is_no_lookup(backend, between, tmp_path):
+    """The batch [1, 3, 5] is planned ahead while keys 1 and 3 hold rows; then, with no lookup in between,
+    an eviction drops key 1, or a load or warm start brings back a table where only key 5 holds a row:
+    the plan made ahead is stale, and the gather must equal the twin's serial lookup (the fast engine
+    keeps a plan only while the table's history is unchanged)."""
+    config = dict(access_threshold=1, eviction_threshold=2, device_vocabulary_size=16)
+    store, twin = _store(backend, **config), _store(backend, **config)
+    other = _store(backend, **config)
+    other.lookup(np.array([5]), step=0)
+    other.save(str(tmp_path / "other"))
+    for one in (store, twin):
+        one.lookup(np.array([1]), step=0)
+        one.lookup(np.array([3]), step=3)
+    ahead = store.resolve_ahead(np.array([1, 3, 5]))
+    for one in (store, twin):
+        if between == "evict":
+            assert one.evict(now=4).tolist() == [1]
+        elif between == "load":
+            one.load(str(tmp_path / "other"))
+        else:
+            one.warm_start(str(tmp_path / "other"))
+    assert_same_result(store.gather(ahead, step=5), twin.lookup(np.array([1, 3, 5]), step=5))
+    assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
