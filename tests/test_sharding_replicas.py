@@ -345,8 +345,9 @@ def test_shard_20_hot_keys_are_answered_locally_and_skip_the_row_exchange(backen
     assert out[0][0] == [2, 3]
     assert out[0][1]["hot_hit_positions"] == 4 and out[0][1]["hot_rows"] == 2
     # the evaluation lookup sent only rank 0's key 5 to its owner, rank 1, which sent back its row and
-    # admitted flag: hot keys 2 and 3 never left either rank (without replicas: 2 keys and 4 answers more)
-    assert sorted((rank, n) for rank, n, _ in sent if n) == [(0, 1), (1, 1), (1, 1)]
+    # admitted flag (one exchange, alltoallv_columns): hot keys 2 and 3 never left either rank (without
+    # replicas: 2 keys and 2 answers more)
+    assert sorted((rank, n, size) for rank, n, size in sent if n) == [(0, 1, 16), (1, 1, 4 * DIM + 1)]   # [key, occurrences]; [row | admitted]
 
 
 # ----------------------------------------------------------------------------- SHARD-11 (a fix found here)

@@ -35,7 +35,7 @@ from ..ref.lookup import NOT_HOT, pad, position_stats
 from ..state import PADDING_KEY, STAT_NAMES, LookupResult, TableState, merge_in_key_order
 from . import checkpoint as sharded_checkpoint
 from .collective import TableCollective, attempt, check_same_call  # noqa: F401 -- check_same_call: its old path
-from .comm import Communicator, gather_rows, world
+from .comm import Communicator, alltoallv_columns, gather_rows, world
 from .hot_replica import HotReplica
 
 logger = logging.getLogger("mxrec_ref.distributed")
@@ -324,8 +324,8 @@ class ShardedStore(StoreOverRanks):
     def answer_lookup(self, call: ShardedLookup, back_rows: np.ndarray, back_admitted: np.ndarray) -> LookupResult:
         """Answer: rows and admitted flags back to the ranks that asked; this rank's result, its positions
         counted, the owners' statistics shared (SHARD-6) and the hot replica refreshed when due (SHARD-20)."""
-        rows_in, _ = self.comm.alltoallv(back_rows, call.back_matrix[:, self.rank], call.back_counts)
-        admitted_in, _ = self.comm.alltoallv(back_admitted, call.back_matrix[:, self.rank], call.back_counts)
+        rows_in, admitted_in = alltoallv_columns(self.comm, [back_rows, back_admitted],
+                                                 call.back_matrix[:, self.rank], call.back_counts)
         unique, cold, is_hot, hot_replica = call.unique, call.cold, call.is_hot, self._hot
         dim = self.config.dim
         rows = np.empty((len(unique), dim), dtype=np.float32)
@@ -369,8 +369,8 @@ class ShardedStore(StoreOverRanks):
         check_apply_steps(headers, self.name)
         matrix = np.stack([h["counts"] for h in headers])
         rows = rows_to_send(call.grads[call.outgoing], self.divide_gradients, self.rank_size)
-        recv_keys, _ = self.comm.alltoallv(call.keys[call.outgoing], call.send_counts, matrix[:, self.rank])
-        recv_rows, _ = self.comm.alltoallv(rows, call.send_counts, matrix[:, self.rank])
+        recv_keys, recv_rows = alltoallv_columns(self.comm, [call.keys[call.outgoing], rows], call.send_counts,
+                                                 matrix[:, self.rank])
         return recv_keys, recv_rows.reshape(-1, self.config.dim)
 
     def compute_apply(self, call: ShardedApply, recv_keys: np.ndarray, recv_rows: np.ndarray):
