@@ -251,11 +251,13 @@ class ShardedStore(StoreOverRanks):
         """Every rank's header for this call, or the same error on every rank (TableCollective.agree)."""
         return self.collective.agree(error, what, **fields)
 
-    def share_stats(self, error: Exception | None, what: str, **fields) -> list[dict]:
+    def share_stats(self, error: Exception | None, what: str, positions: dict | None = None, **fields) -> list[dict]:
         """After the owners' work: every owner's outcome and statistics (size() and capacity() are then
-        known on every rank without another collective, SHARD-6)."""
-        headers = self.agree(error, what, stats=None if error else self.local.stats(),
-                             positions=dict(self._positions), **fields)
+        known on every rank without another collective, SHARD-6).  ``positions``: this rank's position
+        counters after the call, kept once every rank succeeded (default: as they are)."""
+        positions = dict(self._positions if positions is None else positions)
+        headers = self.agree(error, what, stats=None if error else self.local.stats(), positions=positions, **fields)
+        self._positions = positions
         self._owner_stats = [h["stats"] for h in headers]
         self._sync_positions = {name: sum(h["positions"][name] for h in headers) for name in _WRAPPER_COUNTERS}
         return headers
@@ -274,8 +276,8 @@ class ShardedStore(StoreOverRanks):
         self.collective.begin(f"table {self.name!r}'s {'training' if train else 'evaluation'} lookup at step {step}")
         call = self.route_lookup(keys, shape, train, step, timestamp, pad_to, counts)
         received = self.exchange_keys(call)
-        back_rows, back_admitted = self.compute_lookup(call, received)
-        return self.answer_lookup(call, back_rows, back_admitted)
+        back_rows, back_admitted, error = self.compute_lookup(call, received)
+        return self.answer_lookup(call, back_rows, back_admitted, error)
 
     def route_lookup(self, keys, shape, train, step, timestamp, pad_to, counts) -> ShardedLookup:
         """Route: this rank's distinct keys by owner, and which of them come back with a row."""
@@ -305,10 +307,11 @@ class ShardedStore(StoreOverRanks):
         received, _ = self.comm.alltoallv(send, call.send_counts, call.matrix[:, self.rank])
         return received
 
-    def compute_lookup(self, call: ShardedLookup, received: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Compute: this owner's store looks up what it received (rank 0's keys first); every rank raises if
-        one owner failed (e.g. a full fixed-size shard, SHARD-8).  Returns the rows and admitted flags to
-        send back (none for hot keys, SHARD-20)."""
+    def compute_lookup(self, call: ShardedLookup, received: np.ndarray):
+        """Compute: this owner's store looks up what it received (rank 0's keys first).  Returns the rows and
+        admitted flags to send back (none for hot keys, SHARD-20) and this owner's error, or None: a failed
+        owner (e.g. a full fixed-size shard) sends zero rows of the size the ranks expect, and every rank
+        raises at the answer's agreement (SHARD-8), before anything of the call is kept on any rank."""
         hot_replica = self._hot
 
         def owner_lookup():
@@ -318,12 +321,16 @@ class ShardedStore(StoreOverRanks):
             return np.take(answer.rows, back, axis=0), np.asarray(answer.admitted)[back].astype(np.uint8)
 
         back, error = attempt(owner_lookup)
-        self.agree(error, "lookup")
-        return back
+        if error is not None:
+            n_back = int(call.back_matrix[:, self.rank].sum())
+            back = np.zeros((n_back, self.config.dim), np.float32), np.zeros(n_back, np.uint8)
+        return (*back, error)
 
-    def answer_lookup(self, call: ShardedLookup, back_rows: np.ndarray, back_admitted: np.ndarray) -> LookupResult:
+    def answer_lookup(self, call: ShardedLookup, back_rows: np.ndarray, back_admitted: np.ndarray,
+                      error: Exception | None = None) -> LookupResult:
         """Answer: rows and admitted flags back to the ranks that asked; this rank's result, its positions
-        counted, the owners' statistics shared (SHARD-6) and the hot replica refreshed when due (SHARD-20)."""
+        counted, the owners' outcome and statistics shared (SHARD-8, SHARD-6: every rank raises if one owner
+        failed) and the hot replica refreshed when due (SHARD-20)."""
         rows_in, admitted_in = alltoallv_columns(self.comm, [back_rows, back_admitted],
                                                  call.back_matrix[:, self.rank], call.back_counts)
         unique, cold, is_hot, hot_replica = call.unique, call.cold, call.is_hot, self._hot
@@ -337,8 +344,9 @@ class ShardedStore(StoreOverRanks):
         if len(hot_here):                  # a hot key holds a row: the replica's equals the owner's
             rows[hot_here] = hot_replica.rows(unique[hot_here])
             admitted[hot_here] = True
-        count_positions(self._positions, call.keys, call.inverse, admitted, is_hot)
-        self.share_stats(None, "lookup")
+        positions = dict(self._positions)
+        count_positions(positions, call.keys, call.inverse, admitted, is_hot)
+        self.share_stats(error, "lookup", positions=positions)
         if hot_replica is not None and call.train:
             hot_replica.after_train_lookup(self.rank_size)
         return local_result(self, unique, rows, call.inverse.reshape(call.shape), admitted, call.train, call.pad_to)
