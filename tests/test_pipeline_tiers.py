@@ -256,3 +256,36 @@ def test_pipe_10_a_ddr_batch_prepares_through_the_engine_behind(backend):
     assert_same_result(store.gather(ahead, step=1), twin.lookup(np.array([1, 2, 1, 3]), step=1))
     assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
     assert store.tier_of(np.arange(7)).tolist() == twin.tier_of(np.arange(7)).tolist()
+
+
+# ------------------------------------------------------------------ the TF layer
+TF_OWN = ("checkpoint", "graph.pbtxt", "events.out.tfevents")     # TF's own timestamps, as test_pipeline_tf.py
+
+
+@pytest.mark.parametrize("storage", ["ddr", "ssd"])
+def test_pipe_10_the_wide_and_deep_job_on_tiers_is_the_same_with_the_pipeline_on_and_off(backend, monkeypatch,
+                                                                                          tmp_path, storage):
+    """PIPE-8 with PIPE-10: `mxrec-ref train` with DDR or SSD tables whose device tier is small enough that rows
+    move every step; evaluations, the EvictHook and checkpoints meet batches the input pipeline resolved (and,
+    SSD, read from disk) ahead: the same history, statistics and checkpoint files."""
+    from mxrec_ref import train
+    from mxrec_ref.pipeline import SWITCH
+
+    results = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv(SWITCH, switch)
+        config = train.TrainConfig(backend=backend, rows=4_000, steps=30, batch_size=256, eval_every=15,
+                                   storage=storage, device_vocabulary_size=3_000, eviction_threshold=30,
+                                   evict_step_interval=10, save_checkpoint_steps=12,
+                                   ssd_data_path=str(tmp_path / f"ssd{switch}") if storage == "ssd" else None,
+                                   checkpoint_dir=str(tmp_path / switch), progress=False)
+        results[switch] = train.run(config, echo=lambda *args: None)
+    on, off = results["1"], results["0"]
+    strip = lambda history: [{k: v for k, v in h.items() if k != "examples_per_second"} for h in history]  # noqa: E731
+    assert strip(on["history"]) == strip(off["history"]) and len(on["history"]) == 2
+    assert on["stats"] == off["stats"]
+    deep = on["stats"]["deep"]
+    assert deep["device_to_host_rows"] > 0 and (storage == "ddr" or deep["disk_to_host_rows"] > 0)
+    files = [{name: data for name, data in _files(tmp_path / switch).items() if not name.split("/")[-1].startswith(TF_OWN)
+              and not name.endswith(".meta")} for switch in ("1", "0")]
+    assert files[0] == files[1] and any("sparse" in name for name in files[0])
