@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from mxrec_ref import Adagrad, MxrecError, TableConfig, open_store
+from mxrec_ref.errors import DiskCorruptionError
 from mxrec_ref.conformance.checks import assert_same_result, call_capturing
 from mxrec_ref.conformance.strategies import gradients, initializers, optimizers
 from mxrec_ref.pipeline import KeyPipeline
@@ -241,6 +242,28 @@ def test_pipe_10_a_current_staged_read_is_taken_as_it_is(backend, tmp_path):
     assert_same_result(got, twin.lookup(np.array(on_disk[:2]), step=3))
     assert store.stats() == twin.stats() and store.stats()["disk_to_host_rows"] >= 2
     assert store.export().differences(twin.export()) == []
+
+
+def test_pipe_10_a_corrupt_record_read_ahead_raises_at_the_gather(backend, tmp_path):
+    """A record that fails its checks when the batch is resolved ahead stages nothing and raises nothing
+    there (PIPE-1: the resolve ahead shows nothing); the gather's own read raises it, as the serial lookup
+    does, and changes nothing (TIER-6)."""
+    store, _ = _ssd_pair(backend, tmp_path)
+    for step, keys in enumerate([[1, 2], [3, 4], [5, 6]]):
+        _train(store, keys, step=step)
+    on_disk = [k for k in range(1, 7) if store.tier_of(np.array([k]))[0] == "disk"][:2]
+    size = store.engine.disk._format.size
+    for path in (tmp_path / "store").rglob("*.ssd"):     # a payload byte of every record flipped
+        data = bytearray(path.read_bytes())
+        for start in range(0, len(data) - size + 1, size):
+            data[start + 37] ^= 0x10
+        path.write_bytes(bytes(data))
+    stats = store.stats()
+    ahead = store.resolve_ahead(np.array(on_disk))
+    assert ahead.prepared.staged is None and store.stats() == stats
+    with pytest.raises(DiskCorruptionError, match=r"table 't'"):
+        store.gather(ahead, step=3)
+    assert store.stats() == stats and store.tier_of(np.array(on_disk)).tolist() == ["disk"] * len(on_disk)
 
 
 def test_pipe_10_a_ddr_batch_prepares_through_the_engine_behind(backend):
