@@ -163,9 +163,12 @@ class TieredEngine(Engine):
                                               prepared=None if prepared is None else prepared.inner)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
             self._put_on_device(resolved, self.inner.size() - rows_before)
-        # The rows are read before the spill below may move some of them (an evaluation's rows are
-        # not on the device) out of the engine behind: gather packs what was read here.
-        resolved = dataclasses.replace(resolved, rows=self.inner.gather(resolved).rows)
+        elif self._host_excess() > 0:
+            # An evaluation's rows are not on the device: the spill below may move some of them out of
+            # the engine behind, so they are read first and gather packs what was read here.  A training
+            # lookup's rows are all on the device now, which the spill never touches (TIER-5): its gather
+            # reads them by handle, as the engine behind's does.
+            resolved = dataclasses.replace(resolved, rows=self.inner.gather(resolved).rows)
         self._spill_to_disk()
         return resolved
 
@@ -327,9 +330,7 @@ class TieredEngine(Engine):
         ``host_vocabulary_size`` rows off the device (TIER-5).  A full disk
         leaves them in memory (TIER-7) and is returned, not raised: the call
         that got here has already changed the table."""
-        if self.disk is None:
-            return None
-        excess = self.inner.size() - len(self.device) - self.config.host_vocabulary_size
+        excess = self._host_excess()
         if excess <= 0:
             return None
         self._update_host_order()
@@ -343,6 +344,12 @@ class TieredEngine(Engine):
         self.inner.drop_rows(victims)
         self.tier_counters["host_to_disk_rows"] += len(victims)
         return None
+
+    def _host_excess(self) -> int:
+        """SSD mode: the rows host memory holds off the device beyond ``host_vocabulary_size``; 0 without a disk tier."""
+        if self.disk is None:
+            return 0
+        return self.inner.size() - len(self.device) - self.config.host_vocabulary_size
 
     def _make_room_on_host(self) -> None:
         """Before a call changes anything: host memory left over its budget by
