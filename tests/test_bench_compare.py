@@ -207,11 +207,16 @@ EVERY_RATIO = {
     "training, 26-table model: key pipeline on / off examples per second | pipeline off (MXREC_KEY_PIPELINE=0)",
     *(f"key pipeline, 26-table store loop, tables {size}: pipelined / serial examples per second | {versus}"
       for size in ("empty", "1e5") for versus in ("serial", "pipelined, worker=False")),
+    # issue 32: the 26-table store loop in DDR and SSD mode vs HBM mode, pipeline on and off (test_tier_pipeline_bench.py)
+    *(f"tiers, 26-table store loop, pipeline {on}: {mode} / HBM examples per second | HBM"
+      for on in ("on", "off") for mode in ("DDR", "SSD")),
+    *(f"tiers, 26-table store loop, {mode}: pipelined / serial examples per second | serial"
+      for mode in ("HBM", "DDR", "SSD")),
 }
 
 
 def test_committed_baseline_has_every_ratio():
-    assert len(EVERY_RATIO) == 48
+    assert len(EVERY_RATIO) == 55
     assert set(json.loads(benchmarks.BASELINE.read_text())["ratios"]) == EVERY_RATIO
 
 

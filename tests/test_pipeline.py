@@ -8,6 +8,7 @@ compares after every call: the rows each step gets, the errors, the exported sta
 last seen, clock), the statistics, the capacity, the row placement and the checkpoint files."""
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -22,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from mxrec_ref import Adagrad, MxrecError, TableConfig, UsageError, open_store
 from mxrec_ref.conformance.checks import assert_same_result, assert_unchanged, call_capturing, snapshot
 from mxrec_ref.conformance.strategies import gradients, key_batches, optimizers, table_configs
-from mxrec_ref.engine import Prepared
+from mxrec_ref.engine import Engine, Prepared
 from mxrec_ref.pipeline import SWITCH, KeyPipeline, enabled_by_default
 
 DIM = 3
@@ -257,11 +258,13 @@ def test_pipe_5_depth_push_and_pop(backend):
             pipeline.pop(step=3)
 
 
-def test_pipe_6_an_engine_that_prepares_nothing_runs_serially_in_a_pipeline(backend):
-    """A DDR table's engine does nothing ahead (the default prepare): in a KeyPipeline its batches are
-    resolved at pop, with the results of plain lookups."""
+def test_pipe_6_an_engine_that_prepares_nothing_runs_serially_in_a_pipeline(backend, monkeypatch):
+    """An engine that does nothing ahead (the default prepare; here a DDR table's engine given it, as the
+    tiers were before PIPE-10): in a KeyPipeline its batches are resolved at pop, with the results of plain
+    lookups."""
     config = TableConfig("ddr", dim=DIM, device_vocabulary_size=8, host_vocabulary_size=64)
     tiered, twin = (open_store(config, Adagrad(0.1), backend=backend) for _ in range(2))
+    monkeypatch.setattr(tiered.engine, "prepare", functools.partial(Engine.prepare, tiered.engine))
     assert tiered.resolve_ahead(np.array([1, 2])).prepared.deduped is None
     with KeyPipeline([tiered]) as pipeline:
         batches = [np.arange(step, step + 6) for step in range(5)]

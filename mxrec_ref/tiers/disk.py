@@ -17,13 +17,15 @@ whether the extension is built, so the reference is pure Python and numpy.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..errors import DiskCorruptionError, DiskFullError, MxrecError
 from .disk_compaction import Compaction
 from .disk_files import DiskFiles
 from .disk_folders import check_config, check_no_files, make_folders
-from .disk_index import NONE, OFFSET_BITS, DiskIndex, unpack_locations
+from .disk_index import NONE, OFFSET_BITS, DiskIndex, Hits, unpack_locations
 from .disk_reads import SPAN_GAP_BYTES, RecordReader
 from .disk_records import HEADER_BYTES, MAGIC, RecordFormat, crc32s, record_dtype
 
@@ -45,6 +47,22 @@ class RefDiskKernels:
     index = DiskIndex
     crc32s = staticmethod(crc32s)
     reader = RecordReader
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StagedTake:
+    """The search and reads of a ``take``, done ahead without changing anything (``DiskTier.stage``):
+    valid while the tier's ``generation`` is the one it was made at, i.e. while no record, file or index
+    entry changed (the key pipeline's prefetch, PIPE-10).  ``read``: the statistics its reads add once
+    the take happens."""
+
+    generation: int
+    hits: Hits
+    found: np.ndarray
+    entries: np.ndarray
+    taken: np.ndarray
+    rows: tuple
+    read: dict
 
 
 class DiskTier:
@@ -71,6 +89,9 @@ class DiskTier:
         self._reader = kernels.reader(self._format, records_per_file * record_bytes)
         self._compaction = Compaction(self._files, self._index, self._read_file, self._point, self._reader.forget,
                                       self.compact_ratio)
+        # Bumped by every call that changes a record, a file or the index: a StagedTake made at
+        # another generation is stale (PIPE-10).
+        self.generation = 0
 
     # ------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -120,6 +141,7 @@ class DiskTier:
         records = self._format.pack(keys, values, slots, counts, last_seen)
         if len(records) == 0:
             return
+        self.generation += 1        # before the append: a failed write may have compacted or rolled back
         fids, offsets = self._files.append(records)
         self._point(records["key"], fids, offsets)
         self._compaction.run(self.compact_budget)
@@ -130,29 +152,53 @@ class DiskTier:
         unique, inverse = np.unique(np.asarray(keys, dtype=np.int64).ravel(), return_inverse=True)
         return self._read_entries(unique, self._locate(unique), inverse.ravel())
 
-    def take(self, keys) -> tuple:
+    def take(self, keys, staged: StagedTake | None = None) -> tuple:
         """Those of ``keys`` (distinct; absent ones allowed) that are on disk leave it, with what
         they carry: (their keys sorted, values, slots, counts, last_seen), every record checked
         before any key leaves (DiskCorruptionError).  One search of the index for the whole call,
-        where contains, read and remove would make three."""
+        where contains, read and remove would make three.  ``staged``: this call's ``stage``, made
+        ahead at this ``generation`` (the caller checks it is current: ``is_current``), whose search
+        and reads are taken instead of made again."""
+        if staged is None:
+            staged = self.stage(keys)
+        elif not self.is_current(staged):
+            raise AssertionError(f"table {self.table!r}: a stale staged take")      # the caller's check, not input
+        taken = staged.taken
+        if len(taken) == 0:
+            return (taken, *staged.rows)
+        self._count_reads(staged.read)    # as the reads happened now (TIER-10)
+        self.generation += 1
+        self._index.drop_hits(staged.hits, staged.found)
+        self._files.count_live(staged.entries[:, 0], -1)
+        self._compaction.run(self.compact_budget)
+        return (taken, *staged.rows)
+
+    def stage(self, keys) -> StagedTake:
+        """``take``'s search of ``keys`` and its checked reads of the records found, changing nothing
+        (no statistic either: ``take`` counts the reads when it takes them); DiskCorruptionError as
+        ``take`` raises it."""
         # Sorted first: the result is in key order anyway, and sorted queries walk the index's
         # levels forward (3-4x faster than random ones once a level outgrows the cache).
         keys = np.sort(np.asarray(keys, dtype=np.int64).ravel())
         hits = self._index.search(keys)
         found = np.flatnonzero(hits.words >= 0)
         taken = keys[found]
+        read = {"disk_reads": 0, "disk_bytes_read": 0}
         if len(taken) == 0:
-            return (taken, np.zeros((0, self.dim), np.float32), np.zeros((self.n_slots, 0, self.dim), np.float32),
+            rows = (np.zeros((0, self.dim), np.float32), np.zeros((self.n_slots, 0, self.dim), np.float32),
                     taken.copy(), taken.copy())
+            return StagedTake(self.generation, hits, found, np.zeros((0, 2), np.int64), taken, rows, read)
         entries = unpack_locations(hits.words[found])
-        rows = self._read_entries(taken, entries, np.arange(len(taken)))
-        self._index.drop_hits(hits, found)
-        self._files.count_live(entries[:, 0], -1)
-        self._compaction.run(self.compact_budget)
-        return (taken, *rows)
+        rows = self._read_entries(taken, entries, np.arange(len(taken)), read)
+        return StagedTake(self.generation, hits, found, entries, taken, rows, read)
+
+    def is_current(self, staged: StagedTake) -> bool:
+        """Whether nothing on disk changed since ``staged`` was made."""
+        return staged.generation == self.generation
 
     def remove(self, keys) -> None:
         """Forget keys (absent ones are ignored); their records become dead."""
+        self.generation += 1
         old = self._index.drop(np.unique(np.asarray(keys, dtype=np.int64)))
         self._files.count_live(old[:, 0], -1)
         self._compaction.run(self.compact_budget)
@@ -160,6 +206,7 @@ class DiskTier:
     def compact(self) -> int:
         """Compact every file past the threshold now, however many records that copies; the
         number of files compacted."""
+        self.generation += 1
         return self._compaction.run(None)
 
     def verify(self) -> None:
@@ -171,6 +218,7 @@ class DiskTier:
 
     def clear(self) -> None:
         """Delete every record and file; the tier stays usable (a load starts over)."""
+        self.generation += 1
         self._reader.clear()
         self._files.delete_all()
         self._index.clear()
@@ -181,9 +229,10 @@ class DiskTier:
         self._files.close()
 
     # ------------------------------------------------------------ reading
-    def _read_entries(self, unique: np.ndarray, entries: np.ndarray, take: np.ndarray):
+    def _read_entries(self, unique: np.ndarray, entries: np.ndarray, take: np.ndarray, counted: dict | None = None):
         """(values, slots, counts, last_seen) of records ``take`` of the records of ``unique``
-        at ``entries``, read file by file in offset order and checked; counted once all are."""
+        at ``entries``, read file by file in offset order and checked; counted once all are (or,
+        with ``counted``, added to it for the caller to count)."""
         # Records as bytes (numpy moves structured arrays field by field, far slower), in read order;
         # ``where``: each unique key's record there.
         parts = [np.empty((0, self._format.size), dtype=np.uint8)]
@@ -194,7 +243,11 @@ class DiskTier:
                          .reshape(len(rows), -1))
             where[rows] = np.arange(done, done + len(rows))
             done += len(rows)
-        self._count_reads(read)   # a read that raised counts nothing (STAT-2, CON-4)
+        if counted is None:
+            self._count_reads(read)   # a read that raised counts nothing (STAT-2, CON-4)
+        else:
+            for name, value in read.items():
+                counted[name] += value
         raw = parts[-1] if len(parts) == 2 else np.concatenate(parts)
         return self._format.unpack(raw, where[take])
 

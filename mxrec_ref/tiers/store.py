@@ -31,11 +31,11 @@ import numpy as np
 
 from ..config import TableConfig
 from ..contract import Store, checked_table, tier_moves_error
-from ..engine import Engine, Resolved, TierMoves, check_clock_source, check_send_count, eviction_cutoff
-from ..errors import CapacityError, DiskFullError, UsageError
+from ..engine import Engine, Prepared, Resolved, TierMoves, check_clock_source, check_send_count, eviction_cutoff
+from ..errors import CapacityError, DiskFullError, MxrecError, UsageError
 from ..optimizers import SparseOptimizer
 from ..state import PADDING_KEY, LookupResult, TableState
-from .disk import DiskTier
+from .disk import DiskTier, StagedTake
 from .placement import HostOrder
 
 # The tier counters a tiered store adds to stats() (spec/tiers.md, TIER-10).
@@ -71,6 +71,17 @@ class TieredStore(Store):
             return self.engine.tier_of(flat).reshape(shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class TieredPrepared(Prepared):
+    """A tiered training batch's work done ahead (PIPE-10): the engine behind's ``prepare`` (the
+    batch's one dedup, its probe, initial rows) and, in SSD mode, the search and checked reads of
+    the batch's rows on disk then (``staged``), which its commit takes if nothing on disk changed
+    since; nothing that depends on the tiers' placement, which the commit works out."""
+
+    inner: Prepared | None = None
+    staged: StagedTake | None = None
+
+
 class TieredEngine(Engine):
     """The storage tiers over ``inner``, an engine that is a ``TierMoves`` (CON-10).  It drives
     ``inner`` through the ``Engine`` protocol and what ``TierMoves`` declares, nothing else
@@ -100,7 +111,38 @@ class TieredEngine(Engine):
     # -------------------------------------------------------------- lookup
     def resolve(self, keys, shape, *, train, step, timestamp, pad_to, counts) -> Resolved:
         # The batch's one dedup: its distinct keys serve the checks below and the lookup itself (TIER-12).
-        deduped = self.inner.dedup(keys, counts)
+        return self._resolve(self.inner.dedup(keys, counts), keys, shape, train=train, step=step,
+                             timestamp=timestamp, pad_to=pad_to, counts=counts)
+
+    def prepare(self, keys, shape, *, counts) -> Prepared:
+        """PIPE-10: the engine behind's prepare (dedup, probe, initial rows), and in SSD mode the
+        batch's rows on disk now searched and read into a staging buffer; changes nothing, not even
+        the disk statistics.  A record that fails its checks stages nothing: the commit's own read
+        raises it, where the serial lookup does."""
+        inner = self.inner.prepare(keys, shape, counts=counts)
+        if not inner.done_ahead:
+            return Prepared(keys, shape, counts)
+        staged = None
+        if self.disk is not None and len(self.disk):
+            distinct = inner.deduped[0]
+            absent = distinct[self.inner.row_handles(distinct) < 0]      # a key in memory is not on disk
+            if len(absent):
+                try:
+                    staged = self.disk.stage(absent)
+                except MxrecError:
+                    staged = None
+        return TieredPrepared(keys, shape, counts, inner.deduped, inner=inner, staged=staged)
+
+    def commit(self, prepared: Prepared, *, step, timestamp, pad_to) -> Resolved:
+        """PIPE-10: ``resolve`` now, from the batch's dedup, the inner prepare (checked by the engine
+        behind) and the staged disk reads if nothing on disk changed since they were made."""
+        if not isinstance(prepared, TieredPrepared):
+            return super().commit(prepared, step=step, timestamp=timestamp, pad_to=pad_to)
+        return self._resolve(prepared.deduped, prepared.keys, prepared.shape, train=True, step=step,
+                             timestamp=timestamp, pad_to=pad_to, counts=prepared.counts, prepared=prepared)
+
+    def _resolve(self, deduped, keys, shape, *, train, step, timestamp, pad_to, counts,
+                 prepared: TieredPrepared | None = None) -> Resolved:
         distinct = deduped[0]
         n_keys = len(distinct) - int(np.count_nonzero(distinct == PADDING_KEY))
         if train and n_keys > self.config.device_vocabulary_size:
@@ -113,15 +155,20 @@ class TieredEngine(Engine):
         if train:
             check_clock_source(self.config, self.inner.clock_source, timestamp)
         self._make_room_on_host()
-        self._bring_back(distinct)     # SSD: one probe of the batch's keys finds the ones to read
+        # SSD: one probe of the batch's keys finds the ones to read (or the reads staged ahead, still current)
+        self._bring_back(distinct, staged=None if prepared is None else prepared.staged)
         rows_before = self.inner.size()
         resolved = self.inner.resolve_deduped(deduped, keys, shape, train=train, step=step, timestamp=timestamp,
-                                              pad_to=pad_to, counts=counts)
+                                              pad_to=pad_to, counts=counts,
+                                              prepared=None if prepared is None else prepared.inner)
         if train:       # evaluation reads rows where they are and takes no device rows (TIER-4)
             self._put_on_device(resolved, self.inner.size() - rows_before)
-        # The rows are read before the spill below may move some of them (an evaluation's rows are
-        # not on the device) out of the engine behind: gather packs what was read here.
-        resolved = dataclasses.replace(resolved, rows=self.inner.gather(resolved).rows)
+        elif self._host_excess() > 0:
+            # An evaluation's rows are not on the device: the spill below may move some of them out of
+            # the engine behind, so they are read first and gather packs what was read here.  A training
+            # lookup's rows are all on the device now, which the spill never touches (TIER-5): its gather
+            # reads them by handle, as the engine behind's does.
+            resolved = dataclasses.replace(resolved, rows=self.inner.gather(resolved).rows)
         self._spill_to_disk()
         return resolved
 
@@ -176,20 +223,26 @@ class TieredEngine(Engine):
         self.inner.set_threshold(threshold)
 
     # ------------------------------------------------------- tier moves
-    def _bring_back(self, keys: np.ndarray, rows: np.ndarray | None = None) -> None:
+    def _bring_back(self, keys: np.ndarray, rows: np.ndarray | None = None, staged: StagedTake | None = None) -> None:
         """Rows of ``keys`` (distinct; padding allowed) that are on disk come back to host memory,
         in key order (TIER-6); a corrupt record raises before anything changed.  One probe of
         the key map and one search of the disk index.  ``rows``: row handles of ``keys`` from
         a lookup result (-1: none): a key the device holds at its handle is in memory, so
-        only the others are probed."""
+        only the others are probed.  ``staged``: the disk's search and reads of ``keys``' absent
+        keys made ahead (PIPE-10); while nothing on disk changed since, the keys of ``keys`` on disk
+        are exactly those it found (a key is never both in memory and on disk), so it is taken
+        as it is, without a probe, a search or a read."""
         if self.disk is None or len(self.disk) == 0 or len(keys) == 0:
             return
-        if rows is not None:
-            keys = keys[~self.device.contains(keys, rows)]
-        absent = keys[self.inner.row_handles(keys) < 0]       # a key in memory is not on disk
-        if len(absent) == 0:
-            return
-        on_disk, values, slots, counts, last_seen = self.disk.take(absent)
+        if staged is not None and self.disk.is_current(staged):
+            on_disk, values, slots, counts, last_seen = self.disk.take(None, staged)
+        else:
+            if rows is not None:
+                keys = keys[~self.device.contains(keys, rows)]
+            absent = keys[self.inner.row_handles(keys) < 0]       # a key in memory is not on disk
+            if len(absent) == 0:
+                return
+            on_disk, values, slots, counts, last_seen = self.disk.take(absent)
         if len(on_disk) == 0:
             return
         slot_map = dict(zip(self.optimizer.slot_names, slots))
@@ -277,9 +330,7 @@ class TieredEngine(Engine):
         ``host_vocabulary_size`` rows off the device (TIER-5).  A full disk
         leaves them in memory (TIER-7) and is returned, not raised: the call
         that got here has already changed the table."""
-        if self.disk is None:
-            return None
-        excess = self.inner.size() - len(self.device) - self.config.host_vocabulary_size
+        excess = self._host_excess()
         if excess <= 0:
             return None
         self._update_host_order()
@@ -293,6 +344,12 @@ class TieredEngine(Engine):
         self.inner.drop_rows(victims)
         self.tier_counters["host_to_disk_rows"] += len(victims)
         return None
+
+    def _host_excess(self) -> int:
+        """SSD mode: the rows host memory holds off the device beyond ``host_vocabulary_size``; 0 without a disk tier."""
+        if self.disk is None:
+            return 0
+        return self.inner.size() - len(self.device) - self.config.host_vocabulary_size
 
     def _make_room_on_host(self) -> None:
         """Before a call changes anything: host memory left over its budget by
