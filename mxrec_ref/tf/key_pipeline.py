@@ -31,15 +31,17 @@ class AheadQueue:
         self._batches: collections.deque = collections.deque()
         self._lock = threading.Condition()
         self._limit = limit
+        self._gathering = 0  # batches taken whose gather has not ended
         self.taken = 0       # batches lookups took: how often the pipeline did a step's key work ahead
 
     def wait_turn(self, timeout: float = TURN_WAIT_S) -> None:
-        """Until the step took every batch queued before (or ``timeout`` passed: a batch no lookup
-        takes must not stall the input pipeline): tf.data runs the map of batch t+1 as soon as batch t
-        leaves it, while step t's lookups still commit; resolving then would only make the two take
-        turns at the store's lock and the GIL.  Timing only: no result depends on it (PIPE-1)."""
+        """Until the step took every batch queued before and gathered it (or ``timeout`` passed: a batch
+        no lookup takes must not stall the input pipeline): tf.data runs the map of batch t+1 as soon as
+        batch t leaves it, while step t's lookups still commit; resolving then would only make the two
+        take turns at the store's lock and the GIL, and a plan made before step t's commit is stale at
+        batch t+1's (the fast engine plans again).  Timing only: no result depends on it (PIPE-1)."""
         with self._lock:
-            self._lock.wait_for(lambda: not self._batches, timeout)
+            self._lock.wait_for(lambda: not self._batches and not self._gathering, timeout)
 
     def put(self, batch) -> None:
         with self._lock:
@@ -57,9 +59,15 @@ class AheadQueue:
                     for _ in range(index + 1):
                         self._batches.popleft()
                     self.taken += 1
-                    self._lock.notify_all()
+                    self._gathering += 1
                     return batch
         return None
+
+    def gathered(self) -> None:
+        """The gather of a batch ``take`` gave ended (or failed): the next batch's turn."""
+        with self._lock:
+            self._gathering -= 1
+            self._lock.notify_all()
 
 
 def _resolve_ahead(table_name: str):

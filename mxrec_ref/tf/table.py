@@ -182,8 +182,11 @@ class SparseTable:
         try:
             ahead = self.ahead.take(np.asarray(ids)) if is_train else None   # queued while the switch was on
             if ahead is not None:       # its key work was done in the input pipeline (PIPE-8)
-                result = self.store.gather(ahead, step=step, pad_to=pad_to,
-                                           timestamp=int(timestamp) if timestamp is not None else None)
+                try:
+                    result = self.store.gather(ahead, step=step, pad_to=pad_to,
+                                               timestamp=int(timestamp) if timestamp is not None else None)
+                finally:
+                    self.ahead.gathered()
             else:
                 result = self.store.lookup(ids, train=is_train, step=step if is_train else None,
                                            timestamp=int(timestamp) if timestamp is not None and is_train else None,
