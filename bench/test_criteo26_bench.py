@@ -11,14 +11,11 @@ grow from empty to about a million keys; ~40 s on an idle 2-core machine).
 
 pytest-benchmark times one function per test, so the rounds are timed here, in the module's
 fixture, and each variant's test hands its measured round times to pytest-benchmark through a
-timer that replays them (``_Replay``): the JSON then holds every variant's rounds, and
+timer that replays them (``interleave.Replay``): the JSON then holds every variant's rounds, and
 ``mxrec_ref.benchmarks.ratios`` makes the ratio from them like every other (static min time over
 dynamic min time = dynamic examples/s over static examples/s; above 1 means mxrec-ref is faster).
 """
 from __future__ import annotations
-
-import os
-import time
 
 import numpy as np
 import pytest
@@ -26,29 +23,15 @@ import tensorflow as tf
 
 import criteo26
 from mxrec_ref import data as datasets
-from mxrec_ref.pipeline import SWITCH
+from interleave import Replay, key_pipeline, round_ratios, rounds, timed_steps
 
 WARM_STEPS = 4
 ROUNDS = 6
 STEPS_PER_ROUND = 10
 GROUP = "training, 26-table model: dynamic / static examples per second"
 PIPELINE_GROUP = "training, 26-table model: key pipeline on / off examples per second"
+OFF_GROUP = "training, 26-table model, key pipeline off: dynamic / static examples per second"
 OFF = "dynamic, pipeline off"      # the same dynamic graph with MXREC_KEY_PIPELINE=0 for its rounds
-
-
-class _Replay:
-    """A clock for pytest-benchmark's runner that makes the k-th timed call last durations[k]."""
-
-    __name__ = "replay of the interleaved rounds"
-
-    def __init__(self, durations):
-        self.durations, self.calls, self.now = list(durations), 0, 0.0
-
-    def __call__(self) -> float:
-        if self.calls % 2:                        # the runner reads the clock before and after a call
-            self.now += self.durations[self.calls // 2]
-        self.calls += 1
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -69,41 +52,19 @@ def interleaved():
         if mx.is_initialized():
             mx.terminate_config_initializer()
         mx.init(backend="fast", use_dynamic_expansion=True)
-        previous = os.environ.get(SWITCH)
-        os.environ[SWITCH] = "1"         # built with the pipeline: its rounds switch it per batch (PIPE-7)
-        try:
+        with key_pipeline(True):      # built with the pipeline: its rounds switch it per batch (PIPE-7)
             op = criteo26.mxrec_graph(tf, mx, stream)
-        finally:
-            if previous is None:
-                del os.environ[SWITCH]
-            else:
-                os.environ[SWITCH] = previous
         sessions["dynamic"] = (tf.compat.v1.Session(), op)
         sessions["dynamic"][0].run(tf.compat.v1.global_variables_initializer())
     tables = list(mx.ConfigInitializer.get_instance().tables.values())
 
     def run(variant, steps):
         session, train_op = sessions["dynamic" if variant == OFF else variant]
-        previous = os.environ.get(SWITCH)
-        os.environ[SWITCH] = "0" if variant == OFF else "1"     # read for every batch (PIPE-7)
-        try:
-            start = time.perf_counter()
-            for _ in range(steps):
-                session.run(train_op)
-            return time.perf_counter() - start
-        finally:
-            if previous is None:
-                del os.environ[SWITCH]
-            else:
-                os.environ[SWITCH] = previous
+        return timed_steps(session, train_op, steps, pipeline=variant != OFF)   # read for every batch (PIPE-7)
 
     for variant in sessions:                       # tracing, first admissions (tables from empty)
         run(variant, WARM_STEPS)
-    times = {"dynamic": [], OFF: [], "static": []}
-    orders = [("dynamic", OFF, "static"), ("static", "dynamic", OFF), (OFF, "static", "dynamic")]
-    for k in range(ROUNDS):
-        for variant in orders[k % 3]:
-            times[variant].append(run(variant, STEPS_PER_ROUND))
+    times = rounds(["dynamic", OFF, "static"], run, ROUNDS, STEPS_PER_ROUND)
     keys = sum(t.store.size() for t in tables)
     for session, _ in sessions.values():
         session.close()
@@ -122,7 +83,9 @@ def test_criteo26_training_throughput(benchmark, interleaved, variant):
         examples_per_round=examples, examples_per_second_best=examples / min(times[variant]),
         final_keys=keys, per_round_ratio_median=float(np.median(per_round)),
         per_round_ratio_range=[float(per_round.min()), float(per_round.max())])
-    benchmark._timer = _Replay(times[variant])     # pytest-benchmark's clock (module docstring)
+    if variant == "static":                        # also the floor of the pipeline-off model
+        benchmark.extra_info["also"] = [[OFF_GROUP, "tf.Variable + embedding_lookup"]]
+    benchmark._timer = Replay(times[variant])      # pytest-benchmark's clock (bench/interleave.py)
     benchmark.pedantic(lambda: None, rounds=len(times[variant]))
 
 
@@ -131,13 +94,16 @@ def test_criteo26_key_pipeline(benchmark, interleaved, variant):
     """The dynamic model with the key pipeline on (the default) and off, rounds interleaved with the
     static model's: on / off examples per second (issue 32)."""
     times, keys = interleaved
-    rounds = times["dynamic" if variant == "on" else OFF]
+    mine = times["dynamic" if variant == "on" else OFF]
     per_round = np.array(times[OFF]) / np.array(times["dynamic"])
     benchmark.extra_info.update(
         ratio_group=PIPELINE_GROUP, role="candidate" if variant == "on" else "pipeline off (MXREC_KEY_PIPELINE=0)",
         examples_per_round=STEPS_PER_ROUND * criteo26.BATCH,
-        examples_per_second_best=STEPS_PER_ROUND * criteo26.BATCH / min(rounds), final_keys=keys,
+        examples_per_second_best=STEPS_PER_ROUND * criteo26.BATCH / min(mine), final_keys=keys,
         per_round_ratio_median=float(np.median(per_round)),
         per_round_ratio_range=[float(per_round.min()), float(per_round.max())])
-    benchmark._timer = _Replay(rounds)
-    benchmark.pedantic(lambda: None, rounds=len(rounds))
+    if variant == "off":
+        benchmark.extra_info.update(also=[[OFF_GROUP, "candidate"]],
+                                    off_over_static=round_ratios(times["static"], times[OFF]))
+    benchmark._timer = Replay(mine)
+    benchmark.pedantic(lambda: None, rounds=len(mine))

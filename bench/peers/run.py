@@ -7,7 +7,9 @@ Two workloads:
 * ``criteo26``: issue 16's 26-table model trained from empty tables (bench/criteo26.py): TFRA's
   TF2 ``tf.function`` path (worker_criteo26_tfra.py) vs mxrec-ref's TF1 graph with FeatureSpec
   (worker_criteo26_tf1.py mxrec), and the same model on static tf.Variable tables
-  (worker_criteo26_tf1.py static, in mxrec-ref's environment) as the floor. Examples/s over the
+  (worker_criteo26_tf1.py static, in mxrec-ref's environment) as the floor; mxrec-ref twice, with the
+  key pipeline on and off (``MXREC_KEY_PIPELINE`` 1 / 0 in the process's environment, spec/pipeline.md
+  PIPE-7: always set, so the result does not depend on the machine's cores). Examples/s over the
   60 timed steps of each process; ratios per round, then their median and range.
 
 Usage: python bench/peers/run.py PEER_PYTHON MXREC_PYTHON [ROUNDS] [--only store|criteo26]
@@ -27,8 +29,11 @@ sys.path.insert(0, str(BENCH))
 import criteo26  # noqa: E402
 
 
-def worker(python: str, script: str, *args: str) -> dict:
-    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"}
+PIPELINE = "MXREC_KEY_PIPELINE"
+
+
+def worker(python: str, script: str, *args: str, env: dict | None = None) -> dict:
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin", **(env or {})}
     if "PYTHONPATH" in os.environ:       # a checkout run without installing it (mxrec-ref's side)
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     out = subprocess.run([python, str(HERE / script), *args], capture_output=True, text=True, env=env)
@@ -49,10 +54,12 @@ def store_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
 
 
 def criteo26_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
-    runs = {"tfra": [], "mxrec-ref": [], "static": []}
+    off = "mxrec-ref, pipeline off"
+    runs = {"tfra": [], "mxrec-ref": [], off: [], "static": []}
     traces = []                  # TFRA: times its step function was traced (1 = no retracing)
     commands = {"tfra": (peer_python, "worker_criteo26_tfra.py"), "mxrec-ref": (mxrec_python, "worker_criteo26_tf1.py"),
-                "static": (mxrec_python, "worker_criteo26_tf1.py")}
+                off: (mxrec_python, "worker_criteo26_tf1.py"), "static": (mxrec_python, "worker_criteo26_tf1.py")}
+    environments = {"mxrec-ref": {PIPELINE: "1"}, off: {PIPELINE: "0"}}
     with tempfile.TemporaryDirectory(prefix="mxrec-peers-") as scratch:
         stream_path = Path(scratch) / "stream.npz"
         stream = criteo26.make_stream(criteo26.WARM_STEPS + criteo26.TIMED_STEPS)
@@ -61,8 +68,8 @@ def criteo26_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
         for k in range(rounds):
             for system in order if k % 2 == 0 else order[::-1]:
                 python, script = commands[system]
-                extra = {"mxrec-ref": ["mxrec"], "static": ["static"]}.get(system, [])
-                result = worker(python, script, str(BENCH), str(stream_path), *extra)
+                extra = {"mxrec-ref": ["mxrec"], off: ["mxrec"], "static": ["static"]}.get(system, [])
+                result = worker(python, script, str(BENCH), str(stream_path), *extra, env=environments.get(system))
                 if result["keys"] != int(stream["sizes"].sum()):
                     raise RuntimeError(f"bench-peers: {system} holds {result['keys']} keys, the stream has "
                                        f"{int(stream['sizes'].sum())}")
@@ -77,6 +84,8 @@ def criteo26_workload(peer_python: str, mxrec_python: str, rounds: int) -> dict:
     return {"examples_per_s_median": {s: statistics.median(v) for s, v in runs.items()},
             "examples_per_s": runs, "mxrec_over_tfra": ratio("mxrec-ref", "tfra"),
             "mxrec_over_static": ratio("mxrec-ref", "static"), "tfra_over_static": ratio("tfra", "static"),
+            "mxrec_pipeline_off_over_tfra": ratio(off, "tfra"), "mxrec_pipeline_off_over_static": ratio(off, "static"),
+            "mxrec_pipeline_on_over_off": ratio("mxrec-ref", off),
             "tfra_traces": traces, "keys": int(stream["sizes"].sum()), "batch": criteo26.BATCH, "timed_steps": criteo26.TIMED_STEPS,
             "rounds": rounds}
 
