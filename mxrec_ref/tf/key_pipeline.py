@@ -8,6 +8,10 @@ runs -- ahead of the step, in tf.data's prefetch thread -- the table's store res
 ids takes it from the queue by content and gathers it (``Store.gather``); ids with no batch queued
 (another iterator, a batch the pipeline missed) are looked up as before.  Since a resolve ahead changes
 nothing a store shows, whether and when it ran never changes a result (PIPE-1, PIPE-2).
+
+The owner of a queue is a ``SparseTable`` (named: an Estimator's input_fn runs before its model_fn
+creates the table) or a Keras ``Embedding`` (PIPE-9): anything with ``ahead`` (its ``AheadQueue``) and
+``opened_store`` (its store, or None while none is open), both read for every batch.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from ..errors import MxrecError
 from ..pipeline import enabled_by_default
 from .config_initializer import ConfigInitializer
 
@@ -61,25 +66,46 @@ class AheadQueue:
                     return batch
         return None
 
+    def clear(self) -> None:
+        """Drop every queued batch (its store was replaced: no lookup may gather it)."""
+        with self._lock:
+            self._batches.clear()
+            self._lock.notify_all()
 
-def _resolve_ahead(table_name: str):
+
+def _owner_of(owner):
+    """The queue's owner now: a table name is looked up for every batch (its table may be created, or
+    created again in a new graph, after the input pipeline was built)."""
+    if isinstance(owner, str):
+        return ConfigInitializer.get_instance().tables.get(owner)
+    return owner
+
+
+def _resolve_ahead(owner):
     def run(ids):
-        table = ConfigInitializer.get_instance().tables.get(table_name)
-        store = table.opened_store if table is not None else None
+        found = _owner_of(owner)
+        store = found.opened_store if found is not None else None
         if store is not None and enabled_by_default():     # read per batch: the switch applies at once
-            table.ahead.wait_turn()
-            table.ahead.put(store.resolve_ahead(ids))          # PIPE-1: changes nothing a store shows
+            found.ahead.wait_turn()
+            try:
+                batch = store.resolve_ahead(ids)            # PIPE-1: changes nothing a store shows
+            except MxrecError:
+                return ids      # bad keys: the step's lookup raises it, where and as the serial one does
+            found.ahead.put(batch)
         return ids
     return run
 
 
-def in_input_pipeline(table_name: str, merged: tf.Tensor) -> tf.Tensor:
-    """``merged`` (a table's merged int64 training ids, inside a dataset.map function), resolved ahead
-    on the way while the key pipeline is on (PIPE-7, PIPE-8).  A graph built with it off gets no op (its
-    batches pay nothing); one built with it on reads the switch for every batch."""
+def in_input_pipeline(owner, merged: tf.Tensor) -> tf.Tensor:
+    """``merged`` (the int64 training keys of one store call, inside a dataset.map function), resolved
+    ahead on the way while the key pipeline is on (PIPE-7, PIPE-8, PIPE-9).  ``owner``: the table's name
+    (a ``SparseTable``'s) or the object holding the queue (a Keras ``Embedding``).  A graph built with
+    the pipeline off gets no op (its batches pay nothing); one built with it on reads the switch for
+    every batch."""
     if not enabled_by_default():
         return merged
-    ids = tf.numpy_function(_resolve_ahead(table_name), [merged], tf.int64, stateful=True,
-                            name=f"{table_name}_resolve_ahead")
+    name = owner if isinstance(owner, str) else owner.table_name
+    ids = tf.numpy_function(_resolve_ahead(owner), [merged], tf.int64, stateful=True,
+                            name=f"{name}_resolve_ahead")
     ids.set_shape(merged.shape)
     return ids
