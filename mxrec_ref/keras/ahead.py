@@ -14,8 +14,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from ..errors import UsageError
-from ..pipeline import enabled_by_default
-from ..tf.key_pipeline import in_input_pipeline
+from ..tf.key_pipeline import map_resolving_ahead
 from . import ids as ids_module
 from .layer import Embedding
 
@@ -29,17 +28,9 @@ def _layers_of(feature, value) -> list[Embedding]:
     return layers
 
 
-def _feature(x, feature, table: str):
-    """The ids of ``feature`` in a batch's inputs ``x`` (None: ``x`` is the one input tensor)."""
-    if feature is None:
-        return x
-    try:
-        return x[feature]
-    except (KeyError, IndexError, TypeError):
-        names = sorted(map(str, x)) if isinstance(x, dict) else (f"positions 0..{len(x) - 1}"
-                                                                 if isinstance(x, (list, tuple)) else "one tensor")
-        raise UsageError(f"table {table!r}: resolve_keys_ahead: layers: the dataset's inputs have no feature "
-                         f"{feature!r} (they have {names})") from None
+def _layer_keys(layer: Embedding, ids) -> tf.Tensor:
+    """The keys the layer's lookup passes its store (``Embedding.call``)."""
+    return ids_module.flatten(layer.table_name, ids, layer.config.key_dtype, layer.combiner)[0]
 
 
 def resolve_keys_ahead(dataset: tf.data.Dataset, layers) -> tf.data.Dataset:
@@ -52,26 +43,7 @@ def resolve_keys_ahead(dataset: tf.data.Dataset, layers) -> tf.data.Dataset:
     With the key pipeline off (``MXREC_KEY_PIPELINE``, PIPE-7) when this is called the dataset is returned
     as it is; on, the switch is read again for every batch.  Map only the training data: evaluation and
     prediction lookups take nothing."""
-    if not isinstance(dataset, tf.data.Dataset):
-        raise UsageError(f"resolve_keys_ahead: dataset: must be a tf.data.Dataset, got {type(dataset).__name__}")
     if not isinstance(layers, dict) or not layers:
         raise UsageError("resolve_keys_ahead: layers: must be a non-empty dict {feature: Embedding layer}")
-    pairs = [(feature, layer) for feature, value in layers.items() for layer in _layers_of(feature, value)]
-    if not enabled_by_default():
-        return dataset
-
-    is_tuple = isinstance(dataset.element_spec, tuple)   # tf.data passes a tuple's entries as arguments
-
-    @tf.autograph.experimental.do_not_convert     # plain Python: a UsageError reaches the caller as it is
-    def resolve(*element):
-        x = element[0]         # keras.utils.unpack_x_y_sample_weight: a tuple's first entry, else the element
-        done = []
-        for feature, layer in pairs:
-            keys, _ = ids_module.flatten(layer.table_name, _feature(x, feature, layer.table_name),
-                                         layer.config.key_dtype, layer.combiner)
-            done.append(in_input_pipeline(layer, keys))
-        with tf.control_dependencies(done):       # the resolves run before the batch leaves the map
-            element = tf.nest.map_structure(tf.identity, element, expand_composites=True)
-        return tuple(element) if is_tuple else element[0]
-
-    return dataset.map(resolve).prefetch(1)       # the next batch is resolved while the current step trains
+    owners = [(feature, layer) for feature, value in layers.items() for layer in _layers_of(feature, value)]
+    return map_resolving_ahead(dataset, owners, _layer_keys, "resolve_keys_ahead: layers")

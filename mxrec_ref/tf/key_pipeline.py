@@ -21,7 +21,7 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from ..errors import MxrecError
+from ..errors import MxrecError, UsageError
 from ..pipeline import enabled_by_default
 from .config_initializer import ConfigInitializer
 
@@ -109,3 +109,45 @@ def in_input_pipeline(owner, merged: tf.Tensor) -> tf.Tensor:
                             name=f"{name}_resolve_ahead")
     ids.set_shape(merged.shape)
     return ids
+
+
+def _feature(x, feature, table: str, where: str):
+    """The ids of ``feature`` in a batch's inputs ``x`` (None: ``x`` is the one input tensor)."""
+    if feature is None:
+        return x
+    try:
+        return x[feature]
+    except (KeyError, IndexError, TypeError):
+        names = sorted(map(str, x)) if isinstance(x, dict) else (f"positions 0..{len(x) - 1}"
+                                                                 if isinstance(x, (list, tuple)) else "one tensor")
+        raise UsageError(f"table {table!r}: {where}: the dataset's inputs have no feature {feature!r} "
+                         f"(they have {names})") from None
+
+
+def map_resolving_ahead(dataset: tf.data.Dataset, owners: list, keys_of, where: str) -> tf.data.Dataset:
+    """``dataset`` (elements ``x``, ``(x, y)`` or ``(x, y, sample_weight)``) mapped so that each batch's keys
+    for each ``(feature, owner)`` of ``owners`` -- ``keys_of(owner, ids)``: the flat int64 keys the owner's
+    training lookup passes its store -- are resolved ahead and queued at the owner (PIPE-9).  The elements
+    come out unchanged.  With the pipeline off now the dataset is returned as it is (PIPE-7).  ``where``: the
+    caller and its parameter of features, for errors."""
+    if not isinstance(dataset, tf.data.Dataset):
+        caller = where.split(":")[0]
+        raise UsageError(f"{caller}: dataset: must be a tf.data.Dataset, got {type(dataset).__name__}")
+    is_tuple = isinstance(dataset.element_spec, tuple)   # tf.data passes a tuple's entries as arguments
+    inputs = dataset.element_spec[0] if is_tuple else dataset.element_spec
+    for feature, owner in owners:      # a wrong feature is refused whatever the switch
+        _feature(inputs, feature, owner.table_name, where)
+    if not enabled_by_default():
+        return dataset
+
+    @tf.autograph.experimental.do_not_convert     # plain Python: a UsageError reaches the caller as it is
+    def resolve(*element):
+        x = element[0]         # keras.utils.unpack_x_y_sample_weight: a tuple's first entry, else the element
+        done = [in_input_pipeline(owner, keys_of(owner, _feature(x, feature, owner.table_name, where)))
+                for feature, owner in owners]
+        with tf.control_dependencies(done):       # the resolves run before the batch leaves the map
+            element = tf.nest.map_structure(tf.identity, element, expand_composites=True)
+        return tuple(element) if is_tuple else element[0]
+
+    return dataset.map(resolve).prefetch(1)       # the next batch is resolved while the current step trains
+
