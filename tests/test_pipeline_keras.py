@@ -131,6 +131,22 @@ def test_pipe_9_the_switch_is_read_for_every_batch(backend, monkeypatch, tmp_pat
     assert_same(on, off)
 
 
+def test_pipe_9_evaluating_and_predicting_a_mapped_dataset_drops_its_batches(backend, monkeypatch):
+    """A dataset mapped for training and also evaluated: evaluation lookups take nothing (no clock, no
+    counts) but drop the batch of their keys, so the map never waits for a training lookup (PIPE-8's turn)."""
+    monkeypatch.setenv(SWITCH, "1")
+    model, tables = two_tables(backend)
+    data = click_data(rows=512)
+    mapped = resolve_keys_ahead(data, tables)
+    model.fit(mapped, epochs=1, verbose=0)
+    before = {n: (t.ahead.taken, t.store.export()) for n, t in tables.items()}
+    assert model.evaluate(mapped, verbose=0) == model.evaluate(data, verbose=0)
+    assert np.array_equal(model.predict(mapped, verbose=0), model.predict(data, verbose=0))
+    assert all(t.ahead.taken == before[n][0] and t.store.export().differences(before[n][1]) == []
+               for n, t in tables.items())
+    assert all(len(t.ahead) == 0 for t in tables.values())
+
+
 def test_pipe_9_with_the_pipeline_off_the_dataset_is_returned_as_it_is(monkeypatch):
     monkeypatch.setenv(SWITCH, "0")
     _, tables = two_tables("ref")

@@ -200,6 +200,7 @@ class Embedding(keras.layers.Layer):
         (KERAS-3); an evaluation lookup reads no clock (LKP-2) and uses step -1.  A training batch of
         exactly these keys that ``resolve_keys_ahead`` queued is gathered, its key work done ahead (PIPE-9)."""
         if not is_train:
+            self.ahead.discard(np.asarray(keys))      # a mapped dataset evaluated: its map must not wait
             return self.store.lookup(keys, train=False), -1
         with self._step_lock:
             step = int(step)

@@ -38,6 +38,11 @@ class AheadQueue:
         self._limit = limit
         self.taken = 0       # batches lookups took: how often the pipeline did a step's key work ahead
 
+    def __len__(self) -> int:
+        """Batches queued now."""
+        with self._lock:
+            return len(self._batches)
+
     def wait_turn(self, timeout: float = TURN_WAIT_S) -> None:
         """Until the step took every batch queued before (or ``timeout`` passed: a batch no lookup
         takes must not stall the input pipeline): tf.data runs the map of batch t+1 as soon as batch t
@@ -55,13 +60,24 @@ class AheadQueue:
     def take(self, ids: np.ndarray):
         """The queued batch of exactly ``ids`` (same shape, same keys), removed with the older ones,
         which no lookup will take; None, with the queue left as it is, when none matches."""
+        batch = self._remove(ids)
+        if batch is not None:
+            self.taken += 1
+        return batch
+
+    def discard(self, ids: np.ndarray) -> None:
+        """An evaluation or prediction lookup of ``ids``: a queued batch of exactly these keys (a dataset
+        mapped for training that is also evaluated) is dropped, with the older ones, so that the map's
+        ``wait_turn`` does not wait for a training lookup that will never come."""
+        self._remove(ids)
+
+    def _remove(self, ids: np.ndarray):
         with self._lock:
             for index, batch in enumerate(self._batches):
                 prepared = batch.prepared
                 if prepared.shape == ids.shape and np.array_equal(prepared.keys, ids.reshape(-1)):
                     for _ in range(index + 1):
                         self._batches.popleft()
-                    self.taken += 1
                     self._lock.notify_all()
                     return batch
         return None
