@@ -17,6 +17,7 @@ cdef class TrainPlan:
     cdef readonly Py_ssize_t n_new     # keys new to the history
     cdef readonly object hot_index     # int32 [n] each key's hot index, or None without a hot set
     cdef bint committed
+    cdef int64_t entries_epoch, hot_epoch, coefficient, threshold   # what the plan read (plan_train_again)
 
 
 def _py_plan_train(FastCore core not None, const int64_t[::1] unique, const int64_t[::1] occurrences,
@@ -44,14 +45,26 @@ def plan_train(FastCore core not None, const int64_t[::1] unique, const int64_t[
 
 
 def plan_train_hinted(FastCore core not None, const int64_t[::1] unique, const int64_t[::1] occurrences,
-                      int64_t coefficient, int64_t threshold, const int64_t[::1] hints):
+                      int64_t coefficient, int64_t threshold, const int64_t[::1] hints, hot_hints=None,
+                      int64_t hot_epoch=-1):
     """plan_train, given ``hints``: the tags an earlier probe of the same keys found (the key
     pipeline's prepare, PIPE-3).  A hint that is a live row still holding its key is that key's tag
     -- one key has one row -- so only the other keys are probed: the plan is plan_train's whatever
-    the hints say.  With a hot set the keys' hot indexes are probed too: plain plan_train then."""
-    if core.hot_live or unique.shape[0] == 0 or hints.shape[0] != unique.shape[0]:
+    the hints say (a hot key's hint is its row as well).  With a hot set each key's hot index is
+    ``hot_hints`` (int32, that probe's) when the hot map has not changed since (``hot_epoch`` is the
+    core's), else probed here (the hot map is small)."""
+    cdef Py_ssize_t n = unique.shape[0]
+    cdef int32_t[::1] h_view
+    if n == 0 or hints.shape[0] != n:
         return plan_train(core, unique, occurrences, coefficient, threshold)
-    return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, NULL, None, &hints[0])
+    if core.hot_live == 0:
+        return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, NULL, None, &hints[0])
+    if hot_hints is not None and hot_epoch == core.hot_epoch and len(hot_hints) == n:
+        return _plan_train(core, unique, occurrences, coefficient, threshold,
+                           _hot_pointer(core, hot_hints, n), NULL, hot_hints, &hints[0])
+    hot_index = np.empty(n, dtype=np.int32)
+    h_view = hot_index
+    return _plan_train(core, unique, occurrences, coefficient, threshold, NULL, &h_view[0], hot_index, &hints[0])
 
 
 cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64_t[::1] occurrences,
@@ -60,8 +73,9 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
     """plan_train; hot keys are resolved through the hot block when
     ``hot_in`` (known hot indexes) or ``hot_out`` (probe, and write them
     there) is given; ``hot_index`` is the array behind either, or None.
-    ``hints`` (no hot set): earlier tags, kept where still a live row of
-    the key, probed otherwise (plan_train_hinted)."""
+    ``hints``: earlier tags, kept where still a live row of the key, probed
+    otherwise (plan_train_hinted); the hot indexes then come from ``hot_in``
+    or are probed into ``hot_out``, as without hints."""
     cdef Py_ssize_t n = unique.shape[0], start = 0, stop, u, n_admit = 0, n_new = 0
     cdef int64_t count, tag
     tags = np.empty(n, dtype=np.int64)
@@ -72,7 +86,11 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
         while start < n:  # in chunks, so the entries just found are still in L1
             stop = min(start + CHUNK, n)
             if hints != NULL:
+                if hot_out != NULL:    # the hot indexes (a hot key's hint is its row too: one key, one row)
+                    _hot_find_many(core, &unique[start], stop - start, hot_out + start)
                 for u in range(start, stop):
+                    if u + AHEAD < stop and 0 <= hints[u + AHEAD] < core.next_row:
+                        fast_prefetch(&core.row_entries[hints[u + AHEAD]])
                     tag = hints[u]
                     if not (0 <= tag < core.next_row and core.row_live[tag] and core.row_entries[tag].key == unique[u]):
                         tag = _find(core, unique[u])
@@ -105,7 +123,24 @@ cdef TrainPlan _plan_train(FastCore core, const int64_t[::1] unique, const int64
     plan.n_new = n_new
     plan.hot_index = hot_index
     plan.committed = False
+    plan.entries_epoch, plan.hot_epoch = core.entries_epoch, core.hot_epoch
+    plan.coefficient, plan.threshold = coefficient, threshold
     return plan
+
+
+def plan_train_again(FastCore core not None, TrainPlan earlier not None, const int64_t[::1] unique,
+                     const int64_t[::1] occurrences, int64_t coefficient, int64_t threshold):
+    """The plan of a training lookup of the keys ``earlier`` planned (the key pipeline's prepare,
+    PIPE-3; ``unique`` and ``occurrences`` are the ones it planned): ``earlier`` itself while nothing it
+    read has changed -- the core's history (its entries epoch) and hot map (hot epoch), the
+    coefficient and the threshold -- so the step reads no entry; else planned again with its tags and
+    hot indexes as hints (plan_train_hinted)."""
+    if (earlier.core is core and not earlier.committed and earlier.entries_epoch == core.entries_epoch
+            and earlier.hot_epoch == core.hot_epoch and earlier.coefficient == coefficient
+            and earlier.threshold == threshold and len(earlier.unique) == unique.shape[0]):
+        return earlier
+    return plan_train_hinted(core, unique, occurrences, coefficient, threshold, earlier.tags, earlier.hot_index,
+                             earlier.hot_epoch)
 
 
 def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock, init_rows, Py_ssize_t capacity,
@@ -120,6 +155,7 @@ def commit_train(FastCore core not None, TrainPlan plan not None, int64_t clock,
     gather_rows reads the rows by those handles, and resolve_rows may reuse them."""
     if plan.core is not core or plan.committed:
         raise ValueError("commit_train: the plan belongs to another core or was committed already")
+    core.entries_epoch += 1
     cdef const int64_t[::1] unique = plan.unique
     cdef const int64_t[::1] tags = plan.tags
     cdef const int64_t[::1] new_counts = plan.new_counts

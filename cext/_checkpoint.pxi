@@ -76,6 +76,7 @@ def load_rows(FastCore core not None, Py_ssize_t capacity, values, slot_arrays):
     cdef const float[:, ::1] source
     cdef float* target
     _release_hot(core)   # an import replaces every row: no key stays hot
+    core.entries_epoch += 1
     ensure_rows(core, n, capacity)
     for s, array in enumerate([values] + list(slot_arrays)):
         source = np.ascontiguousarray(array, dtype=np.float32).reshape(n, core.dim)
@@ -85,6 +86,7 @@ def load_rows(FastCore core not None, Py_ssize_t capacity, values, slot_arrays):
                 fast_buffer_populate(target, n_bytes)
                 memcpy(target, &source[0, 0], n_bytes)
     core.next_row = n
+    core.populated_to = max(core.populated_to, n)
 
 
 def load_entries(FastCore core not None, const int64_t[::1] keys, const int64_t[::1] counts,
@@ -97,6 +99,7 @@ def load_entries(FastCore core not None, const int64_t[::1] keys, const int64_t[
     cdef int32_t tag
     cdef Entry* entry
     _release_hot(core)   # an import replaces every row: no key stays hot
+    core.entries_epoch += 1
     _reserve_history(core, n, 0 if with_rows else n)
     with nogil:
         if with_rows and n:   # fresh entries: faulted in with one call each (load_rows made room)

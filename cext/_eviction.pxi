@@ -36,6 +36,7 @@ def remove_keys(FastCore core not None, const int64_t[::1] keys):
     cdef Py_ssize_t n = keys.shape[0], i, admitted = 0, pending = 0
     cdef int32_t tag
     _reserve_free(core, core.n_free + min(n, core.n_admitted))
+    core.entries_epoch += 1
     with nogil:
         for i in range(n):
             tag = _find(core, keys[i])

@@ -33,16 +33,29 @@ cdef ensure_rows(FastCore core, Py_ssize_t n_rows, Py_ssize_t capacity):
 
 
 cdef void _populate_rows(FastCore core, Py_ssize_t first, Py_ssize_t n) noexcept:
-    """Fault in the never-used rows [first, first + n) about to be written."""
-    cdef Py_ssize_t s
-    if n <= 0:
+    """Fault in the never-used rows [first, first + n) about to be written, those not faulted in
+    already (prefault_rows may have done it ahead)."""
+    cdef Py_ssize_t s, stop = first + n
+    first = max(first, core.populated_to)
+    if stop <= first:
         return
+    n = stop - first
     with nogil:
         fast_buffer_populate(&core.row_entries[first], n * sizeof(Entry))
         fast_buffer_populate(&core.row_live[first], n * sizeof(uint8_t))
         fast_buffer_populate(_value_row(core, first), n * core.dim * sizeof(float))
         for s in range(core.n_slot_arrays):
             fast_buffer_populate(_slot_row(core, s, first), n * core.dim * sizeof(float))
+    core.populated_to = stop
+
+
+def prefault_rows(FastCore core not None, Py_ssize_t n_rows):
+    """Fault in the pages of the next ``n_rows`` rows a lookup would take (after the free ones),
+    within the rows already reserved: memory only -- memory_bytes counts rows handed out, and
+    nothing else a store shows changes -- so the key pipeline's prepare does it ahead (PIPE-1) and
+    the lookup that takes them pays no page faults."""
+    cdef Py_ssize_t fresh = max(0, n_rows - core.n_free)
+    _populate_rows(core, core.next_row, min(fresh, core.row_capacity - core.next_row))
 
 
 cdef int32_t take_row(FastCore core) noexcept nogil:

@@ -182,7 +182,8 @@ cdef class FastCore:
         self.slot_mask = MIN_SLOTS - 1
         self.n_pending = self.pending_capacity = self.pending_high = 0
         self.n_free = self.free_high = self.next_row = self.n_admitted = 0
-        self.row_capacity = 0
+        self.row_capacity = self.populated_to = 0
+        self.entries_epoch += 1
 
     @property
     def size(self):
@@ -220,6 +221,12 @@ cdef class FastCore:
             "values": int(_touched(self.next_row, self.dim * sizeof(float), self.value_buffer.bytes)),
             "hot_block": int(hot_bytes),  # written in full by set_hot
         }
+
+    @property
+    def hot_epoch(self):
+        """Changes whenever the hot map does (set_hot, a hot key losing its row, clear): hot indexes
+        probed while it had one value are valid while it keeps it (the key pipeline's hints)."""
+        return self.hot_epoch
 
     @property
     def hot_size(self):

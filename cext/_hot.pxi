@@ -39,6 +39,7 @@ cdef void _release_hot(FastCore core) noexcept:
     core.hot_values = NULL
     core.hot_mask = 0
     core.hot_count = core.hot_live = 0
+    core.hot_epoch += 1
 
 
 cdef inline int32_t _hot_probe(FastCore core, int64_t key, uint64_t hash_value) noexcept nogil:
@@ -90,6 +91,7 @@ cdef void _hot_leave(FastCore core, int64_t key) noexcept nogil:
                 core.hot_row[core.hot_slots[bucket].h[j]] = EMPTY
                 core.hot_slots[bucket].key[j] = _hot_sentinel(core, bucket)
                 core.hot_live -= 1
+                core.hot_epoch += 1
                 return
 
 

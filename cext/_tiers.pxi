@@ -127,6 +127,7 @@ def put_rows(FastCore core not None, const int64_t[::1] keys, const int64_t[::1]
             raise KeyError(f"put_rows: key {keys[i]} is already in the history")
     arrays = [np.ascontiguousarray(a, dtype=np.float32).reshape(n, core.dim)
               for a in [values] + list(slot_arrays)]
+    core.entries_epoch += 1
     _reserve_history(core, n, 0)
     ensure_rows(core, core.next_row + fresh, capacity)
     _populate_rows(core, core.next_row, fresh)

@@ -103,7 +103,10 @@ cdef class FastCore:
     cdef Py_ssize_t n_free
     cdef Py_ssize_t free_high
     cdef Py_ssize_t next_row            # rows [0, next_row) have been handed out once
+    cdef Py_ssize_t populated_to        # rows [0, populated_to) have their pages faulted in (a hint only)
     cdef Py_ssize_t n_admitted
+    cdef int64_t entries_epoch          # changes with every call that changes the history (keys, counts,
+                                        # last-seen, rows held): a plan made under one value holds while it does
     # --- per-call dedup scratch table (reused between calls)
     cdef Buffer scratch_buffer
     # --- per-row storage, [row_capacity] each: entries, in-use flags, values, optimizer slots
@@ -124,6 +127,7 @@ cdef class FastCore:
     cdef uint64_t hot_mask              # buckets - 1
     cdef Py_ssize_t hot_count           # K: entries of the block since the last set_hot
     cdef Py_ssize_t hot_live            # keys in the hot set now (K minus those that lost their row)
+    cdef int64_t hot_epoch              # changes whenever the hot map does: hot indexes probed under one stay valid
     cdef Buffer hot_key_buffer
     cdef int64_t* hot_keys_of           # [K] the key of hot index h (kept after it leaves the set)
     cdef Buffer hot_row_buffer

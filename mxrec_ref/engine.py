@@ -158,7 +158,7 @@ class Prepared:
     deduped: tuple | None = None
     init_at: np.ndarray | None = None
     init_rows: np.ndarray | None = None
-    hints: np.ndarray | None = None      # the engine's probe of the keys then: commit checks before use
+    hints: object = None                 # the engine's probe or plan of the keys then (its own form): commit checks it
 
     @property
     def done_ahead(self) -> bool:
@@ -173,6 +173,8 @@ def initial_rows_of(config: TableConfig, unique: np.ndarray, admit: np.ndarray, 
         return None
     if prepared is None or prepared.init_rows is None:
         return initial_rows(config, unique[admit])
+    if prepared.init_at is admit:          # the admission worked out ahead holds (the fast engine's plan)
+        return prepared.init_rows
     slot = np.full(len(unique), -1, dtype=np.int64)
     slot[prepared.init_at] = np.arange(len(prepared.init_at))
     taken = slot[admit]

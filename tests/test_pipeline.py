@@ -310,6 +310,51 @@ def test_pipe_3_a_row_reused_since_the_resolve_is_not_the_keys(backend):
         assert one.evict().tolist() == [1]
         one.lookup(np.array([2]), step=5)                  # takes key 1's freed row
     if ahead.prepared.hints is not None:                   # the fast engine's probe ahead: key 1's row then
-        assert ahead.prepared.hints[0] == store.row_handles(np.array([2]))[0] >= 0
+        assert ahead.prepared.hints.tags[0] == store.row_handles(np.array([2]))[0] >= 0
     assert_same_result(store.gather(ahead, step=6), twin.lookup(np.array([1, 3, 1]), step=6))
+    assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
+
+
+def test_pipe_3_a_hot_set_chosen_again_since_the_resolve(backend, monkeypatch):
+    """Keys 1 and 2 are hot when the batch is resolved ahead; before its gather, batches of 3 and 4 make
+    those the hot set (a refresh after every training lookup): the hot indexes probed ahead name other
+    keys now, and commit must not take them (the fast engine keeps them only while the hot map is the
+    one they were probed in)."""
+    monkeypatch.setenv("HOT_EMB_UPDATE_STEP", "1")
+    store, twin = (open_store(TableConfig(name="t", dim=DIM, device_vocabulary_size=64), Adagrad(0.1),
+                              backend=backend, hot_rows=2) for _ in range(2))
+    for one in (store, twin):
+        one.lookup(np.array([1, 1, 1, 2, 2, 3, 4]), step=0)
+    assert store.stats()["hot_rows"] == 2
+    ahead = store.resolve_ahead(np.array([1, 2, 3, 4, 5]))
+    for one in (store, twin):
+        for step in (1, 2):
+            one.lookup(np.array([3, 3, 3, 4, 4, 4]), step=step)
+    assert_same_result(store.gather(ahead, step=3), twin.lookup(np.array([1, 2, 3, 4, 5]), step=3))
+    assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()
+
+
+@pytest.mark.parametrize("between", ["evict", "load", "warm_start"])
+def test_pipe_3_the_history_changed_by_a_call_that_is_no_lookup(backend, between, tmp_path):
+    """The batch [1, 3, 5] is planned ahead while keys 1 and 3 hold rows; then, with no lookup in between,
+    an eviction drops key 1, or a load or warm start brings back a table where only key 5 holds a row:
+    the plan made ahead is stale, and the gather must equal the twin's serial lookup (the fast engine
+    keeps a plan only while the table's history is unchanged)."""
+    config = dict(access_threshold=1, eviction_threshold=2, device_vocabulary_size=16)
+    store, twin = _store(backend, **config), _store(backend, **config)
+    other = _store(backend, **config)
+    other.lookup(np.array([5]), step=0)
+    other.save(str(tmp_path / "other"))
+    for one in (store, twin):
+        one.lookup(np.array([1]), step=0)
+        one.lookup(np.array([3]), step=3)
+    ahead = store.resolve_ahead(np.array([1, 3, 5]))
+    for one in (store, twin):
+        if between == "evict":
+            assert one.evict(now=4).tolist() == [1]
+        elif between == "load":
+            one.load(str(tmp_path / "other"))
+        else:
+            one.warm_start(str(tmp_path / "other"))
+    assert_same_result(store.gather(ahead, step=5), twin.lookup(np.array([1, 3, 5]), step=5))
     assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()

@@ -8,6 +8,6 @@ lookup.gather_rows reads its rows.
 """
 from __future__ import annotations
 
-from .._fast import TrainPlan, commit_train, plan_train, plan_train_hinted
+from .._fast import TrainPlan, commit_train, plan_train, plan_train_again, plan_train_hinted
 
-__all__ = ["TrainPlan", "commit_train", "plan_train", "plan_train_hinted"]
+__all__ = ["TrainPlan", "commit_train", "plan_train", "plan_train_again", "plan_train_hinted"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._fast import FastCore, HostHeap
+from .._fast import FastCore, HostHeap, prefault_rows
 from ..config import TableConfig
 from ..contract import Store, checked_table
 from ..engine import (InMemoryEngine, Prepared, Resolved, TierMoves, check_send_count, eviction_cutoff,
@@ -65,9 +65,10 @@ class FastEngine(InMemoryEngine, TierMoves):
         plan = admission.plan_train(self.core, unique, occurrences, self.effective_coefficient(),
                                     self.config.admit_threshold)
         admit = plan.admit
+        prefault_rows(self.core, len(admit))       # memory only: the rows' pages, faulted in ahead
         return Prepared(keys, shape, counts, deduped, admit,
                         initializers.initial_rows(self.config, unique[admit]) if len(admit) else None,
-                        hints=plan.tags)
+                        hints=plan)     # commit takes it while nothing it read changed (plan_train_again)
 
     def dedup(self, keys, counts):
         return lookup.dedup(self.core, keys, counts)                              # LKP-2
@@ -111,8 +112,8 @@ class FastEngine(InMemoryEngine, TierMoves):
         clock, source = self.training_clock(step, timestamp)                      # CON-5
         core = self.core
         coefficient, threshold = self.effective_coefficient(), self.config.admit_threshold
-        if prepared is not None and prepared.hints is not None:    # the keys were probed ahead: PIPE-3
-            plan = admission.plan_train_hinted(core, unique, occurrences, coefficient, threshold, prepared.hints)
+        if prepared is not None and prepared.hints is not None:    # the keys were planned ahead: PIPE-3
+            plan = admission.plan_train_again(core, prepared.hints, unique, occurrences, coefficient, threshold)
         else:
             plan = admission.plan_train(core, unique, occurrences, coefficient, threshold)
         admit = plan.admit
