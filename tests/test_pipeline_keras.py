@@ -12,11 +12,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import mxrec_ref
 from mxrec_ref import UsageError
 from mxrec_ref.demo import synthetic_click_log
-from mxrec_ref.keras import Embedding, EvictCallback, Model, resolve_keys_ahead
+from mxrec_ref.keras import Embedding, EvictCallback, Model, TableGradientTape, resolve_keys_ahead
 from mxrec_ref.pipeline import SWITCH
 
 ROWS, BATCH = 3072, 128          # 24 batches an epoch
@@ -194,3 +195,39 @@ def test_pipe_9_wrong_arguments_name_the_table_and_the_parameter(monkeypatch):
         resolve_keys_ahead(np.zeros(3), tables)
     with pytest.raises(UsageError, match="resolve_keys_ahead: layers: must be a non-empty dict"):
         resolve_keys_ahead(click_data(rows=256), {})
+
+
+def _train_once(layer, ids, step):
+    with TableGradientTape(step=step) as tape:
+        loss = tf.reduce_sum(tf.square(layer(ids, training=True)))
+    tape.gradient_and_apply(loss, [])
+
+
+BATCH_KEYS = st.lists(st.integers(0, 40), min_size=1, max_size=12).map(lambda keys: np.asarray(keys, np.int64))
+# what the input pipeline queued before the step's lookup: nothing, the step's own keys, other keys, or the
+# step's keys behind a batch no lookup will take
+QUEUED = st.sampled_from(["nothing", "own", "other", "own_after_other"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(st.tuples(BATCH_KEYS, QUEUED, BATCH_KEYS), min_size=1, max_size=8), backend=st.sampled_from(["ref", "fast"]))
+def test_pipe_9_whatever_is_queued_a_lookup_gives_the_serial_result(steps, backend):
+    """Eager training lookups of a layer with any batches queued (its own keys, other keys, stale ones)
+    against a serial twin: after every step the same rows, slots, counts and statistics."""
+    fields = dict(backend=backend, initializer=UNIFORM, optimizer=mxrec_ref.Adagrad(0.3), access_threshold=2,
+                  eviction_threshold=3)
+    piped, serial = Embedding(4, name="piped", **fields), Embedding(4, name="serial", **fields)
+    taken = 0
+    for step, (keys, queued, other) in enumerate(steps):
+        if queued in ("other", "own_after_other"):
+            piped.ahead.put(piped.store.resolve_ahead(other))
+        if queued in ("own", "own_after_other"):
+            piped.ahead.put(piped.store.resolve_ahead(keys))
+            taken += 1
+        for layer in (piped, serial):
+            _train_once(layer, tf.constant(keys), step)
+            if step % 3 == 2:
+                layer.store.evict()
+        assert piped.store.export().differences(serial.store.export()) == []
+        assert piped.store.stats() == serial.store.stats()
+    assert piped.ahead.taken >= taken       # more: a batch of other keys left queued that a later step's keys match
