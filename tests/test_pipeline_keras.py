@@ -1,11 +1,14 @@
 """The key pipeline in the Keras layer (spec/pipeline.md, PIPE-9): ``model.fit`` on a dataset mapped by
 ``mxrec_ref.keras.resolve_keys_ahead`` gives the same losses, dense weights, tables, statistics and
 checkpoints with the pipeline on and off, bit for bit, on both backends -- with evaluations, evictions and
-checkpoint writes between epochs.  With it on, the training lookups must really have taken batches resolved
+checkpoint writes between epochs, and on 2 MPI ranks (KERAS-17).  With it on, the training lookups must really have taken batches resolved
 ahead (else the comparison would prove nothing); lookups whose keys no queued batch matches (ids changed
 after the map) and batches mapped while the switch was turned off are plain lookups with serial results."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import keras
@@ -18,8 +21,12 @@ import mxrec_ref
 from mxrec_ref import UsageError
 from mxrec_ref.demo import synthetic_click_log
 from mxrec_ref.keras import Embedding, EvictCallback, Model, TableGradientTape, resolve_keys_ahead
+from mxrec_ref.backends import available_backends
 from mxrec_ref.pipeline import SWITCH
+from test_sharding_mpi import mpirun
 
+REPO = Path(__file__).resolve().parent.parent
+MPI_BACKENDS = [name for name in ("ref", "fast") if name in available_backends()]
 ROWS, BATCH = 3072, 128          # 24 batches an epoch
 UNIFORM = mxrec_ref.Initializer(kind="uniform", minval=-0.5, maxval=0.5, seed=7)
 
@@ -231,3 +238,23 @@ def test_pipe_9_whatever_is_queued_a_lookup_gives_the_serial_result(steps, backe
         assert piped.store.export().differences(serial.store.export()) == []
         assert piped.store.stats() == serial.store.stats()
     assert piped.ahead.taken >= taken       # more: a batch of other keys left queued that a later step's keys match
+
+
+def test_pipe_9_two_ranks_fit_the_same_with_the_pipeline_on_and_off(tmp_path):
+    """KERAS-17 under a real ``mpirun -np 2``: each rank fits its share of every batch from a mapped dataset;
+    the sharded store does no work ahead yet (PIPE-6), so its batches must come out exact through the path."""
+    launcher = mpirun()
+    for switch in ("1", "0"):
+        environment = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3", OMPI_ALLOW_RUN_AS_ROOT="1",
+                           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", MXREC_REF_COLLECTIVE_TIMEOUT="60",
+                           **{SWITCH: switch})
+        done = subprocess.run([launcher, "--oversubscribe", "-np", "2", sys.executable,
+                               str(REPO / "tests" / "keras_pipeline_mpi_child.py"), str(tmp_path), *MPI_BACKENDS],
+                              env=environment, capture_output=True, text=True, timeout=240, cwd="/")
+        assert done.returncode == 0, f"{done.stdout}\n{done.stderr[-4000:]}"
+    for backend in MPI_BACKENDS:
+        for rank in (0, 1):
+            on, off = (dict(np.load(tmp_path / f"{backend}-{switch}-{rank}.npz")) for switch in ("1", "0"))
+            assert int(on.pop("taken")[0]) == 2 * 3 and int(off.pop("taken")[0]) == 0
+            assert on.keys() == off.keys() and len(on["losses"]) == 6 and len(on["keys"]) > 2
+            assert all(np.array_equal(on[name], off[name]) for name in on), backend
