@@ -18,7 +18,7 @@ import tensorflow as tf
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import mxrec_ref
-from mxrec_ref import UsageError
+from mxrec_ref import KeyInputError, UsageError
 from mxrec_ref.demo import synthetic_click_log
 from mxrec_ref.keras import Embedding, EvictCallback, Model, TableGradientTape, resolve_keys_ahead
 from mxrec_ref.backends import available_backends
@@ -189,6 +189,19 @@ def test_pipe_9_one_tensor_tuple_and_ragged_inputs(backend, monkeypatch):
     dataset = tf.data.Dataset.from_tensor_slices(((ragged, np.arange(96)[:, None]), np.zeros(96, "float32"))).batch(32)
     model.fit(resolve_keys_ahead(dataset, {0: bag, 1: bag}), epochs=1, verbose=0)
     assert bag.ahead.taken == 2 * 3
+
+
+def test_pipe_9_a_resolve_of_keys_that_fail_their_check_queues_nothing(backend, monkeypatch):
+    """Keys outside the table's key_dtype (CON-2): the map passes the batch on without a queued batch, and the
+    training lookup raises the store's KeyInputError, as the serial one does, changing nothing (CON-4)."""
+    monkeypatch.setenv(SWITCH, "1")
+    layer = Embedding(4, name="narrow", backend=backend, key_dtype="int32")
+    ids = np.array([[3, 2**40]], np.int64)
+    mapped = resolve_keys_ahead(tf.data.Dataset.from_tensors(ids), {None: layer})
+    assert np.array_equal(next(iter(mapped)).numpy(), ids) and len(layer.ahead) == 0
+    with pytest.raises(KeyInputError, match="table 'narrow'"):
+        _train_once(layer, tf.constant(ids), 0)
+    assert layer.store.size() == 0 and layer.store.stats()["train_lookups"] == 0
 
 
 def test_pipe_9_wrong_arguments_name_the_table_and_the_parameter(monkeypatch):
