@@ -2,6 +2,7 @@
 table, training through ``model.fit`` that cannot skip a table, tables in TF
 and Keras checkpoints, callbacks, and a SavedModel export that serves without
 mxrec-ref."""
+from .ahead import resolve_keys_ahead
 from .callbacks import EvictCallback, StatsLogger
 from .export import export_saved_model
 from .ids import string_keys
@@ -10,4 +11,4 @@ from .tape import TableGradientTape
 from .training import Model, Sequential, TableTraining
 
 __all__ = ["Embedding", "Model", "Sequential", "TableGradientTape", "TableTraining", "string_keys",
-           "export_saved_model", "EvictCallback", "StatsLogger"]
+           "export_saved_model", "EvictCallback", "StatsLogger", "resolve_keys_ahead"]

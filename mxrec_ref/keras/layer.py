@@ -16,6 +16,7 @@ import functools
 import threading
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from ..backends import available_backends, open_store
@@ -23,6 +24,7 @@ from ..config import Initializer, TableConfig
 from ..distributed.comm import world
 from ..errors import ConfigError, UsageError
 from ..optimizers import SparseOptimizer, optimizer_from_description
+from ..tf.key_pipeline import AheadQueue
 from ..tf.lookup_limit import count_lookup
 from ..tf.store_call import OUTPUTS as STORE_OUTPUTS
 from ..tf.store_call import apply_gradient, lookup_outputs
@@ -100,6 +102,7 @@ class Embedding(keras.layers.Layer):
         self.train_lookups_run = 0          # the step of a training lookup when the tape gives none (KERAS-3)
         self._step_lock = threading.Lock()
         self.kept_results = KeptResults()   # training lookup results awaiting their apply (KERAS-12)
+        self.ahead = AheadQueue()           # training batches resolve_keys_ahead resolved in tf.data (PIPE-9)
         self.supports_jit = False           # a numpy_function cannot be XLA-compiled
         self.serving = None                 # (StaticHashTable, rows variable) while exporting (KERAS-9)
         self.table_checkpoint = TableCheckpoint(self)   # tf.train.Checkpoint's view of the table (KERAS-7)
@@ -108,6 +111,11 @@ class Embedding(keras.layers.Layer):
     def optimizer(self) -> SparseOptimizer:
         """The table's sparse optimizer (the store's)."""
         return self.store.optimizer
+
+    @property
+    def opened_store(self):
+        """The table's store (the key pipeline's view of an owner, tf/key_pipeline.py): a layer's is always open."""
+        return self.store
 
     @property
     def dim(self) -> int:
@@ -189,14 +197,23 @@ class Embedding(keras.layers.Layer):
     def lookup_batch(self, keys, *, is_train: bool, step, timestamp=None, pad_to=None):
         """The store lookup of a batch and the step it used (``store_call.call_store``): a training
         lookup takes the tape's step, or, where the tape gives none (negative), counts its own
-        (KERAS-3); an evaluation lookup reads no clock (LKP-2) and uses step -1."""
+        (KERAS-3); an evaluation lookup reads no clock (LKP-2) and uses step -1.  A training batch of
+        exactly these keys that ``resolve_keys_ahead`` queued is gathered, its key work done ahead (PIPE-9)."""
         if not is_train:
+            self.ahead.discard(np.asarray(keys))      # a mapped dataset evaluated: its map must not wait
             return self.store.lookup(keys, train=False), -1
         with self._step_lock:
             step = int(step)
             if step < 0:
                 step = self.train_lookups_run
-            result = self.store.lookup(keys, train=True, step=step, timestamp=timestamp, pad_to=pad_to)
+            ahead = self.ahead.take(np.asarray(keys))
+            if ahead is not None:
+                try:
+                    result = self.store.gather(ahead, step=step, timestamp=timestamp, pad_to=pad_to)
+                finally:
+                    self.ahead.gathered()
+            else:
+                result = self.store.lookup(keys, train=True, step=step, timestamp=timestamp, pad_to=pad_to)
             self.train_lookups_run += 1
         return result, step
 
@@ -245,6 +262,7 @@ class Embedding(keras.layers.Layer):
         if twin.kind != self.optimizer.kind:
             self.store = self._open_store(twin)
             self.kept_results = KeptResults()
+            self.ahead.clear()      # batches the old store resolved: only it may gather them (PIPE-2)
         else:
             self.store.set_optimizer(twin)
         self.model_optimizer = keras_optimizer

@@ -15,6 +15,7 @@ from .graph_modifier import GraphModifierHook, modify_graph_and_start_emb_cache
 from .hooks import EvictHook, StatsSummaryHook
 from .initialize import init, terminate_config_initializer
 from .lookup import sparse_lookup
+from .resolve_ahead import resolve_keys_ahead
 from .table import SparseTable, create_table, set_threshold
 from .warm_start import WarmStartHook, WarmStartSettings, scaffold_init_fn, warm_start
 
@@ -30,4 +31,4 @@ __all__ = ["ConfigInitializer", "init", "is_initialized", "terminate_config_init
            "create_table", "get_dense_and_sparse_variable", "constants", "optimizers", "WarmStartHook",
            "WarmStartSettings", "scaffold_init_fn", "warm_start", "set_threshold", "GraphModifierHook",
            "modify_graph_and_start_emb_cache", "convert_embedding_variables", "export_saved_model",
-           "DistributedOptimizer", "BroadcastGlobalVariablesHook", "broadcast_global_variables"]
+           "DistributedOptimizer", "BroadcastGlobalVariablesHook", "broadcast_global_variables", "resolve_keys_ahead"]

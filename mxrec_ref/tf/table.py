@@ -181,6 +181,8 @@ class SparseTable:
             raise error
         try:
             ahead = self.ahead.take(np.asarray(ids)) if is_train else None   # queued while the switch was on
+            if not is_train:
+                self.ahead.discard(np.asarray(ids))     # a dataset mapped for training, evaluated (PIPE-9)
             if ahead is not None:       # its key work was done in the input pipeline (PIPE-8)
                 try:
                     result = self.store.gather(ahead, step=step, pad_to=pad_to,
