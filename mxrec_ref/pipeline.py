@@ -28,17 +28,25 @@ logger = logging.getLogger(__name__)
 
 DEPTH = 1            # batches pushed beyond the next one to pop (PIPE-5)
 SWITCH = "MXREC_KEY_PIPELINE"
-# PIPE-7: with fewer cores the work ahead takes a core from the step's own kernels and costs more than it
-# saves (bench/README.md, "The key pipeline": 0.88-0.98x on 2 vCPUs with both busy, 1.08-1.14x with one free)
-MIN_CORES = 4
+# PIPE-7: the work ahead needs a core beside the step's: on 2 vCPUs it gains (Wide&Deep 1.14x, 2 ranks 1.05x,
+# 26-table model 1.0x, bench/README.md), pinned to one core it costs (0.95x)
+MIN_CORES = 2
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: ``taskset``, ``mpirun --bind-to core``), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):         # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 def enabled_by_default() -> bool:
     """PIPE-7: ``MXREC_KEY_PIPELINE`` says (``0``, ``false``, ``off``, ``no``: off; anything else: on);
-    unset, on when the machine has at least MIN_CORES cores."""
+    unset, on when the process may run on at least MIN_CORES cores."""
     value = os.environ.get(SWITCH)
     if value is None or not value.strip():
-        return (os.cpu_count() or 1) >= MIN_CORES
+        return usable_cores() >= MIN_CORES
     return value.strip().lower() not in ("0", "false", "off", "no")
 
 

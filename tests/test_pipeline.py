@@ -280,16 +280,17 @@ def test_pipe_6_an_engine_that_prepares_nothing_runs_serially_in_a_pipeline(back
     assert tiered.export().differences(twin.export()) == [] and tiered.stats() == twin.stats()
 
 
-@pytest.mark.parametrize("value, cores, expected", [(None, 2, False), (None, 4, True), ("", 16, True), ("1", 2, True),
+@pytest.mark.parametrize("value, cores, expected", [(None, 1, False), (None, 2, True), ("", 16, True), ("1", 1, True),
                                                     ("0", 16, False), ("off", 16, False), ("False", 4, False),
                                                     ("no", 4, False)])
 def test_pipe_7_the_switch(monkeypatch, backend, value, cores, expected):
-    """MXREC_KEY_PIPELINE turns the pipeline on or off; unset, it is on from 4 cores; off, pop is the
-    plain lookup, with the same results."""
+    """MXREC_KEY_PIPELINE turns the pipeline on or off; unset, it is on when the process may run on 2 cores
+    or more (pinned to one, off); off, pop is the plain lookup, with the same results."""
     if value is None:
         monkeypatch.delenv(SWITCH, raising=False)
     else:
         monkeypatch.setenv(SWITCH, value)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     assert enabled_by_default() is expected
     store, twin = _store(backend), _store(backend)

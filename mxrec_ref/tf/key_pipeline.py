@@ -37,6 +37,8 @@ class AheadQueue:
         self._lock = threading.Condition()
         self._limit = limit
         self._gathering = 0  # batches taken whose gather has not ended
+        self._lookups = 0    # training lookups that looked for a batch, matched or not
+        self._put_at = 0     # ... when the newest batch was queued
         self.taken = 0       # batches lookups took: how often the pipeline did a step's key work ahead
 
     def __len__(self) -> int:
@@ -50,24 +52,29 @@ class AheadQueue:
         batch t leaves it, while step t's lookups still commit; resolving then would only make the two
         take turns at the store's lock and the GIL, and a plan made before step t's commit is stale at
         batch t+1's (the fast engine plans again).  Timing only: no result depends on it (PIPE-1)."""
-        with self._lock:
-            self._lock.wait_for(lambda: not self._batches and not self._gathering, timeout)
+        with self._lock:        # a lookup since the last put that matched nothing will not take it
+            self._lock.wait_for(lambda: (not self._batches or self._lookups > self._put_at) and not self._gathering,
+                                timeout)
 
     def put(self, batch) -> None:
         with self._lock:
             self._batches.append(batch)
+            self._put_at = self._lookups
             while len(self._batches) > self._limit:     # never taken (an iterator that was dropped)
                 self._batches.popleft()
 
     def take(self, ids: np.ndarray):
         """The queued batch of exactly ``ids`` (same shape, same keys), removed with the older ones,
-        which no lookup will take; None, with the queue left as it is, when none matches.  The caller
-        calls ``gathered`` once its gather of the batch ended."""
+        which no lookup will take; the caller calls ``gathered`` once its gather ended.  None when none
+        matches (ids changed after the map, a batch never resolved ahead): the queue stays, and the next
+        batch's resolve need not wait for it any longer (``wait_turn``)."""
         with self._lock:
             batch = self._remove(ids)
             if batch is not None:
                 self.taken += 1
                 self._gathering += 1
+            self._lookups += 1
+            self._lock.notify_all()
             return batch
 
     def discard(self, ids: np.ndarray) -> None:
