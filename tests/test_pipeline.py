@@ -13,7 +13,6 @@ import os
 import shutil
 import tempfile
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,17 +20,13 @@ from hypothesis import HealthCheck, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from mxrec_ref import Adagrad, MxrecError, TableConfig, UsageError, open_store
-from mxrec_ref.conformance.checks import assert_same_result, assert_unchanged, call_capturing, snapshot
+from mxrec_ref.conformance.checks import (assert_same_result, assert_same_stores, assert_unchanged, call_capturing,
+                                          folder_bytes, save_and_reload, snapshot)
 from mxrec_ref.conformance.strategies import gradients, key_batches, optimizers, table_configs
 from mxrec_ref.engine import Engine, Prepared
 from mxrec_ref.pipeline import SWITCH, KeyPipeline, enabled_by_default
 
 DIM = 3
-
-
-def _files(folder: str) -> dict[str, bytes]:
-    root = Path(folder)
-    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
 
 
 class PipelineComparison(RuleBasedStateMachine):
@@ -120,15 +115,7 @@ class PipelineComparison(RuleBasedStateMachine):
         """A save while batches wait: the same files; loaded back (or merged by a warm start), the same store."""
         self.saves += 1
         folders = [os.path.join(self.directory, f"{name}{self.saves}") for name in ("piped", "serial")]
-        self.piped.save(folders[0])
-        self.serial.save(folders[1])
-        assert _files(folders[0]) == _files(folders[1])
-        if warm:
-            for store, folder in zip((self.piped, self.serial), folders):
-                call_capturing(store, "warm_start", folder, now=self.step)
-        else:
-            self.piped.load(folders[0])
-            self.serial.load(folders[1])
+        save_and_reload(self.piped, self.serial, folders, warm=warm, now=self.step)
 
     # ------------------------------------------------------------------ agreement
     @invariant()
@@ -136,10 +123,7 @@ class PipelineComparison(RuleBasedStateMachine):
         """After every call, batches waiting or not: the same everything (PIPE-1, PIPE-4)."""
         if self.pipeline is None:
             return
-        assert self.piped.export().differences(self.serial.export()) == []
-        assert self.piped.stats() == self.serial.stats()
-        assert self.piped.capacity() == self.serial.capacity()
-        assert self.piped.table_clock() == self.serial.table_clock()
+        assert_same_stores(self.piped, self.serial)
         keys = self.serial.export().keys
         assert self.piped.row_handles(keys).tolist() == self.serial.row_handles(keys).tolist()
 
@@ -167,7 +151,7 @@ def test_pipe_1_a_resolve_ahead_changes_nothing_and_checks_the_keys_first(backen
     batch = store.resolve_ahead(np.array([[1, 2, 3], [3, 4, -1]]), counts=np.ones((2, 3), np.int64))
     assert_unchanged(store, before)
     store.save(tmp_path / "after")
-    assert _files(tmp_path / "before") == _files(tmp_path / "after")
+    assert folder_bytes(tmp_path / "before") == folder_bytes(tmp_path / "after")
     assert isinstance(batch.prepared, Prepared) and batch.table == "t"
     with pytest.raises(MxrecError, match=r"table 't': keys: "):
         store.resolve_ahead(np.array([1.5]))
@@ -231,7 +215,7 @@ def test_pipe_4_every_call_is_allowed_while_batches_wait(backend, tmp_path):
         one.set_threshold(2)
         one.set_optimizer(Adagrad(0.5, initial_accumulator_value=0.3))
         assert one.lookup(np.array([5]), train=False).admitted.tolist() == [True]
-    assert _files(tmp_path / "0") == _files(tmp_path / "1")
+    assert folder_bytes(tmp_path / "0") == folder_bytes(tmp_path / "1")
     assert_same_result(store.gather(ahead[1], step=3), twin.lookup(np.array([6, 8]), step=3))
     assert_same_result(store.gather(ahead[0], step=3), twin.lookup(np.array([5, 6, 7]), step=3))
     assert store.export().differences(twin.export()) == [] and store.stats() == twin.stats()

@@ -22,6 +22,7 @@ from mxrec_ref import KeyInputError, UsageError
 from mxrec_ref.demo import synthetic_click_log
 from mxrec_ref.keras import Embedding, EvictCallback, Model, TableGradientTape, resolve_keys_ahead
 from mxrec_ref.backends import available_backends
+from mxrec_ref.conformance.checks import folder_bytes
 from mxrec_ref.pipeline import SWITCH
 from test_sharding_mpi import mpirun
 
@@ -65,10 +66,6 @@ class WriteCheckpoint(keras.callbacks.Callback):
         tf.train.Checkpoint(model=self.model).write(str(self.folder / f"epoch{epoch}" / "ckpt"))
 
 
-def files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def run(backend, folder: Path, *, changed_after_map=None, callbacks=()):
     model, tables = two_tables(backend)
     train = resolve_keys_ahead(click_data(), tables)
@@ -80,7 +77,7 @@ def run(backend, folder: Path, *, changed_after_map=None, callbacks=()):
     return dict(history=history.history, dense=[w.numpy() for w in model.weights],
                 state={n: t.store.export() for n, t in tables.items()},
                 stats={n: t.store.stats() for n, t in tables.items()},
-                files=files(folder), taken={n: t.ahead.taken for n, t in tables.items()})
+                files=folder_bytes(folder), taken={n: t.ahead.taken for n, t in tables.items()})
 
 
 def assert_same(on, off):

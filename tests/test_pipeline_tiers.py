@@ -15,7 +15,6 @@ import os
 import shutil
 import tempfile
 from collections import deque
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,18 +23,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from mxrec_ref import Adagrad, MxrecError, TableConfig, open_store
 from mxrec_ref.errors import DiskCorruptionError
-from mxrec_ref.conformance.checks import assert_same_result, call_capturing
+from mxrec_ref.conformance.checks import (assert_same_result, assert_same_stores, call_capturing, folder_bytes,
+                                          save_and_reload)
 from mxrec_ref.conformance.strategies import gradients, initializers, optimizers
 from mxrec_ref.pipeline import KeyPipeline
 from mxrec_ref.tiers.store import TieredPrepared
 
 DIM = 3
 KEY_SPACE = 20          # keys 0..19 (and padding): they come back often, after going down the tiers
-
-
-def _files(folder) -> dict[str, bytes]:
-    root = Path(folder)
-    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*")) if path.is_file()}
 
 
 @st.composite
@@ -147,15 +142,7 @@ class TieredPipelineComparison(RuleBasedStateMachine):
         """A save while batches wait: the same files; loaded back (or merged by a warm start), the same store."""
         self.saves += 1
         folders = [os.path.join(self.directory, f"{name}{self.saves}") for name in ("piped", "serial")]
-        self.piped.save(folders[0])
-        self.serial.save(folders[1])
-        assert _files(folders[0]) == _files(folders[1])
-        if warm:
-            for store, folder in zip((self.piped, self.serial), folders):
-                call_capturing(store, "warm_start", folder, now=self.step)
-        else:
-            self.piped.load(folders[0])
-            self.serial.load(folders[1])
+        save_and_reload(self.piped, self.serial, folders, warm=warm, now=self.step)
 
     # ------------------------------------------------------------------ agreement
     @invariant()
@@ -163,10 +150,7 @@ class TieredPipelineComparison(RuleBasedStateMachine):
         """After every call, batches waiting or not: the same everything, each key in the same tier."""
         if self.pipeline is None:
             return
-        assert self.piped.export().differences(self.serial.export()) == []
-        assert self.piped.stats() == self.serial.stats()
-        assert self.piped.capacity() == self.serial.capacity()
-        assert self.piped.table_clock() == self.serial.table_clock()
+        assert_same_stores(self.piped, self.serial)
         keys = np.arange(-1, KEY_SPACE, dtype=np.int64)
         assert self.piped.tier_of(keys).tolist() == self.serial.tier_of(keys).tolist()
         assert self.piped.row_handles(keys).tolist() == self.serial.row_handles(keys).tolist()
@@ -309,6 +293,6 @@ def test_pipe_10_the_wide_and_deep_job_on_tiers_is_the_same_with_the_pipeline_on
     assert on["stats"] == off["stats"]
     deep = on["stats"]["deep"]
     assert deep["device_to_host_rows"] > 0 and (storage == "ddr" or deep["disk_to_host_rows"] > 0)
-    files = [{name: data for name, data in _files(tmp_path / switch).items() if not name.split("/")[-1].startswith(TF_OWN)
+    files = [{name: data for name, data in folder_bytes(tmp_path / switch).items() if not name.split("/")[-1].startswith(TF_OWN)
               and not name.endswith(".meta")} for switch in ("1", "0")]
     assert files[0] == files[1] and any("sparse" in name for name in files[0])
