@@ -161,7 +161,7 @@ class TieredPipelineComparison(RuleBasedStateMachine):
 def test_pipe_10_a_pipelined_tiered_store_equals_the_serial_one_after_every_call(backend, ssd, worker, depth):
     """PIPE-10 with PIPE-1..PIPE-5: the comparison machine over DDR and SSD tables, both backends."""
     run_state_machine_as_test(lambda: TieredPipelineComparison(backend, ssd, worker, depth),
-                              settings=settings(max_examples=10, stateful_step_count=25, deadline=None,
+                              settings=settings(max_examples=6, stateful_step_count=25, deadline=None,
                                                 suppress_health_check=list(HealthCheck)))
 
 
