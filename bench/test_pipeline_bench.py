@@ -51,7 +51,7 @@ import criteo26
 from mxrec_ref import Initializer, TableConfig, open_store
 from mxrec_ref.optimizers import Adagrad
 from mxrec_ref.pipeline import KeyPipeline
-from test_criteo26_bench import _Replay
+from interleave import Replay
 
 STEPS = 64
 HIDDEN = int(os.environ.get("MXREC_BENCH_PIPELINE_HIDDEN", "256"))
@@ -181,12 +181,23 @@ def run_pass(mode: str, batches: list[list[np.ndarray]], prefill: list[int], wei
     stores = _open_stores()
     _prefill(stores, prefill)
     _matmuls(np.zeros((criteo26.BATCH, weights[0].shape[0]), np.float32), weights)     # BLAS threads awake
+    out = store_loop(stores, mode, batches, weights, check)
+    if check:
+        out["final"] = _final_state(stores)
+        out["keys"] = sum(store.size() for store in stores)
+    return out
+
+
+def store_loop(stores: list, mode: str, batches: list[list[np.ndarray]], weights: list[np.ndarray],
+               check: bool = False) -> dict:
+    """The training loop of ``mode`` (MODES) over ``stores``: per step the lookups (or push, wait, pop),
+    the dense step, the applies.  Returns the loop's seconds, its time by phase (seconds) and, with
+    ``check``, the digest of every lookup result (outside the loop's seconds)."""
     phases = dict.fromkeys(("lookup", "push", "wait", "gather", "dense", "apply"), 0.0)
     rows = []
     clock = time.perf_counter
 
     def dense_and_apply(t, results):
-        nonlocal rows
         start = clock()
         grads = _dense_step(results, weights)
         middle = clock()
@@ -227,12 +238,9 @@ def run_pass(mode: str, batches: list[list[np.ndarray]], prefill: list[int], wei
                 excluded += dense_and_apply(t, results)
         finally:
             pipeline.close()
-    seconds = clock() - begin - excluded
-    out = {"seconds": seconds, "phases": phases}
+    out = {"seconds": clock() - begin - excluded, "phases": phases}
     if check:
         out["rows"] = rows
-        out["final"] = _final_state(stores)
-        out["keys"] = sum(store.size() for store in stores)
     return out
 
 
@@ -321,5 +329,5 @@ def test_pipeline_store_loop(benchmark, measured, size, mode):
     elif size == "empty" and HUGE:
         info["also"] = [[table_size_group, "empty tables"]]
     benchmark.extra_info.update(info)
-    benchmark._timer = _Replay(list(times))          # pytest-benchmark's clock (bench/test_criteo26_bench.py)
+    benchmark._timer = Replay(list(times))           # pytest-benchmark's clock (bench/interleave.py)
     benchmark.pedantic(lambda: None, rounds=len(times))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -38,9 +37,8 @@ import pytest
 import criteo26
 from mxrec_ref import Initializer, TableConfig, open_store
 from mxrec_ref.optimizers import Adagrad
-from mxrec_ref.pipeline import KeyPipeline
-from test_criteo26_bench import _Replay
-from test_pipeline_bench import BLAS_THREADS, HIDDEN, _dense_step, _digest, _final_state, _matmuls, _weights, blas_threads
+from interleave import Replay
+from test_pipeline_bench import BLAS_THREADS, HIDDEN, _final_state, _matmuls, _weights, blas_threads, store_loop
 
 STEPS = int(os.environ.get("MXREC_BENCH_TIER_PIPELINE_STEPS", "32"))
 REPEATS = int(os.environ.get("MXREC_BENCH_TIER_PIPELINE_REPEATS",
@@ -49,7 +47,6 @@ DEVICE_ROWS = 2 * criteo26.BATCH
 HOST_ROWS = 2 * criteo26.BATCH
 MODES = ("HBM", "DDR", "SSD")
 PIPELINE = ("serial", "pipelined")
-FIRST_STEP = 1
 TIER_COUNTERS = ("host_to_device_rows", "device_to_host_rows", "host_to_disk_rows", "disk_to_host_rows",
                  "disk_reads")
 
@@ -91,41 +88,13 @@ def run_pass(mode: str, pipeline: str, batches: list, weights: list, check: bool
 
 
 def _loop(stores: list, pipeline: str, batches: list, weights: list, check: bool) -> dict:
-    phases = dict.fromkeys(("lookup", "dense", "apply"), 0.0)
-    rows, clock, excluded = [], time.perf_counter, 0.0
-
-    def dense_and_apply(t, results):
-        start = clock()
-        grads = _dense_step(results, weights)
-        middle = clock()
-        for store, result, grad in zip(stores, results, grads):
-            store.apply_gradients(result, grad, step=FIRST_STEP + t)
-        end = clock()
-        phases["dense"] += middle - start
-        phases["apply"] += end - middle
-        if check:
-            rows.append([_digest(r.unique_keys, r.rows, r.inverse, r.admitted) for r in results])
-            return clock() - end                 # digest time, left out of the loop's time
-        return 0.0
-
-    begin = clock()
-    if pipeline == "serial":
-        for t, keys in enumerate(batches):
-            start = clock()
-            results = [store.lookup(k, train=True, step=FIRST_STEP + t) for store, k in zip(stores, keys)]
-            phases["lookup"] += clock() - start
-            excluded += dense_and_apply(t, results)
-    else:
-        with KeyPipeline(stores, enabled=True) as keys_ahead:
-            keys_ahead.push(batches[0])
-            for t in range(len(batches)):
-                start = clock()
-                if t + 1 < len(batches):
-                    keys_ahead.push(batches[t + 1])
-                results = keys_ahead.pop(step=FIRST_STEP + t)
-                phases["lookup"] += clock() - start          # push, wait for the worker, commits and gathers
-                excluded += dense_and_apply(t, results)
-    return {"seconds": clock() - begin - excluded, "phases": phases, "rows": rows}
+    """bench/test_pipeline_bench.py's training loop; ``lookup``: the step's key work however split (push,
+    wait for the worker, commits and gathers)."""
+    out = store_loop(stores, pipeline, batches, weights, check)
+    phases = out["phases"]
+    phases["lookup"] += phases.pop("push") + phases.pop("wait") + phases.pop("gather")
+    out.setdefault("rows", [])
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +168,7 @@ def test_tier_store_loop(benchmark, measured, mode, pipeline):
         info.update(per_round_ratio_median=float(np.median(per_round)),
                     per_round_ratio_range=[float(per_round.min()), float(per_round.max())])
     benchmark.extra_info.update(info)
-    benchmark._timer = _Replay(list(times))          # pytest-benchmark's clock (bench/test_criteo26_bench.py)
+    benchmark._timer = Replay(list(times))           # pytest-benchmark's clock (bench/interleave.py)
     benchmark.pedantic(lambda: None, rounds=len(times))
 
 
